@@ -1,0 +1,1 @@
+"""Sub-commands of ``hf-trajpe``: every public module here with a ``NAME`` becomes one."""

@@ -1,0 +1,196 @@
+"""Trajectory-guided positions: content-dependent fractional positions (SPEC section 2).
+
+    step_i = alpha * tanh(beta * ||e_i - e_prev(i)||_2)      (prev(i): the previous real token)
+    disp_i = disp_prev(i) + step_i,   p_i = clamp(rank_i + disp_i, 0, max_positions - 1)
+
+``rank_i`` is the index of token ``i`` among the real (unpadded) tokens, so left or right padding
+gives each real token the position it has alone. The positions then feed any base encoding
+(sinusoidal, a learned table, RoPE, ALiBi).
+
+Shape legend: ``b`` batch, ``n`` sequence, ``d`` embedding width.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import torch
+
+from ..monitoring import TrajectoryMonitor, global_monitor
+
+__all__ = ["TrajectoryPast", "trajectory_positions", "check_strength_value"]
+
+
+@dataclass
+class TrajectoryPast:
+    """State carried across calls during incremental (KV-cached) decoding.
+
+    ``last_embedding``: ``[b, d]`` float32, the last real token seen; ``displacement``: ``[b]``
+    accumulated displacement after it; ``num_real``: ``[b]`` int64 real tokens seen so far.
+    """
+
+    last_embedding: torch.Tensor
+    displacement: torch.Tensor
+    num_real: torch.Tensor
+
+    def reorder(self, beam_idx: torch.Tensor) -> TrajectoryPast:
+        """Select rows, as beam search reorders its cache."""
+        return TrajectoryPast(
+            self.last_embedding.index_select(0, beam_idx),
+            self.displacement.index_select(0, beam_idx),
+            self.num_real.index_select(0, beam_idx),
+        )
+
+
+def check_strength_value(value: float) -> float:
+    """Validate a fixed strength; why: a strength outside [0, 1] is not the SPEC's encoding."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"strength must be a float in [0, 1], got {type(value).__name__} {value!r}")
+    value = float(value)
+    if not (0.0 <= value <= 1.0):  # also False for NaN
+        raise ValueError(f"strength must lie in [0, 1] (SPEC section 2), got {value!r}")
+    return value
+
+
+def _strength_tensor(strength: float | torch.Tensor, batch: int, device: torch.device) -> torch.Tensor:
+    """Strength as float32 ``[b, 1]``, validated."""
+    if torch.is_tensor(strength):
+        s = strength.to(device=device, dtype=torch.float32)
+        if s.dim() > 1 or (s.dim() == 1 and s.shape[0] not in (1, batch)):
+            raise ValueError(
+                f"a strength tensor must be a scalar or have one value per sequence ([{batch}]), "
+                f"got shape {tuple(strength.shape)}"
+            )
+        ok = torch.isfinite(s) & (s >= 0) & (s <= 1)
+        if not bool(ok.all()):
+            raise ValueError(f"strength values must lie in [0, 1] (SPEC section 2), got {strength.tolist()}")
+        return s.reshape(-1, 1).expand(batch, 1)
+    return torch.full((batch, 1), check_strength_value(strength), dtype=torch.float32, device=device)
+
+
+def _accumulation_dtype(device: torch.device) -> torch.dtype:
+    # float64 keeps p_i within half an ulp of float32 at 8k tokens; MPS has no float64.
+    return torch.float32 if device.type == "mps" else torch.float64
+
+
+def trajectory_positions(
+    embeddings: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    strength: float | torch.Tensor = 0.2,
+    beta: float = 2.0,
+    max_positions: int | None = None,
+    *,
+    detach: bool = False,
+    past: TrajectoryPast | None = None,
+    return_past: bool = False,
+    monitor: TrajectoryMonitor | None = None,
+) -> torch.Tensor | tuple[torch.Tensor, TrajectoryPast]:
+    """Adapted positions ``[b, n]`` (float32) from token embeddings ``[b, n, d]``.
+
+    - ``attention_mask`` ``[b, n]`` (1 = real token): pad tokens add no step and get position 0.
+    - ``strength`` (alpha): a float in [0, 1] or a tensor, scalar or ``[b]`` (per sequence).
+    - Accumulation runs in float64 (float32 on MPS) whatever the embedding dtype; a bf16 cumsum
+      drifts by whole positions over long sequences.
+    - A sequence whose embeddings are not finite falls back to integer positions, with one warning
+      per call and a count in ``monitor`` (or the process-wide ``global_monitor``).
+    - ``detach=True`` stops gradients into the embeddings; by default they flow through the steps.
+    - ``past``/``return_past`` continue the trajectory across incremental decoding calls.
+    """
+    if not torch.is_tensor(embeddings) or not embeddings.is_floating_point():
+        raise TypeError(
+            "embeddings must be a floating-point tensor [batch, seq, dim] (token embeddings, e.g. "
+            f"model.get_input_embeddings()(input_ids)), got {getattr(embeddings, 'dtype', type(embeddings))}"
+        )
+    if embeddings.dim() != 3:
+        raise ValueError(f"embeddings must be [batch, seq, dim], got shape {tuple(embeddings.shape)}")
+    b, n, _ = embeddings.shape
+    device = embeddings.device
+    if attention_mask is not None and tuple(attention_mask.shape) != (b, n):
+        raise ValueError(
+            f"attention_mask must have shape [batch, seq] = {(b, n)} to match the embeddings, "
+            f"got {tuple(attention_mask.shape)}"
+        )
+    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not beta > 0 or beta == float("inf"):
+        raise ValueError(f"beta (magnitude scaling) must be a finite positive number, got {beta!r}")
+    if max_positions is not None and (not isinstance(max_positions, int) or max_positions < 1):
+        raise ValueError(f"max_positions must be a positive integer or None, got {max_positions!r}")
+    alpha = _strength_tensor(strength, b, device)
+    acc = _accumulation_dtype(device)
+
+    emb = embeddings.detach() if detach else embeddings
+    real = (
+        torch.ones(b, n, dtype=torch.bool, device=device)
+        if attention_mask is None
+        else attention_mask.to(device=device).bool()
+    )
+    x = emb.float()
+    if past is not None:
+        # the cached last real token acts as column -1
+        x = torch.cat((past.last_embedding.to(device=device, dtype=torch.float32)[:, None], x), dim=1)
+        real_ext = torch.cat(((past.num_real > 0).to(device)[:, None], real), dim=1)
+    else:
+        real_ext = real
+    m = x.shape[1]
+
+    if attention_mask is None and past is None:
+        # every token is real: prev(i) = i - 1
+        norms = torch.linalg.vector_norm(x[:, 1:] - x[:, :-1], dim=-1)
+        valid = torch.ones(b, n - 1, dtype=torch.bool, device=device)
+        norms = torch.cat((norms.new_zeros(b, 1), norms), dim=1)
+        valid = torch.cat((valid.new_zeros(b, 1), valid), dim=1)
+    else:
+        idx = torch.arange(m, device=device).expand(b, m)
+        last_real = torch.where(real_ext, idx, -1).cummax(dim=1).values
+        prev = torch.cat((last_real.new_full((b, 1), -1), last_real[:, :-1]), dim=1)
+        valid = real_ext & (prev >= 0)
+        prev_x = torch.gather(x, 1, prev.clamp(min=0)[..., None].expand_as(x))
+        norms = torch.linalg.vector_norm(x - prev_x, dim=-1)
+        if past is not None:
+            norms, valid = norms[:, 1:], valid[:, 1:]
+
+    # non-finite steps mark a sequence as bad; masked-out (pad) tokens never count
+    finite_steps = torch.isfinite(norms) | ~valid
+    bad = ~finite_steps.all(dim=1)  # [b]
+    steps = torch.where(valid & finite_steps, alpha * torch.tanh(beta * norms), 0.0)
+
+    disp = steps.to(acc).cumsum(dim=1)
+    rank = real.to(torch.int64).cumsum(dim=1) - 1
+    if past is not None:
+        disp = disp + past.displacement.to(device=device, dtype=acc)[:, None]
+        rank = rank + past.num_real.to(device)[:, None]
+    positions = torch.where(bad[:, None], rank.to(acc), rank.to(acc) + disp)
+    clamped = None
+    if max_positions is not None:
+        clamped = (positions > max_positions - 1) & real
+        positions = positions.clamp(0, max_positions - 1)
+    positions = torch.where(real, positions, 0.0).to(torch.float32)
+
+    mon = monitor if monitor is not None else global_monitor
+    n_bad = int(bad.sum())  # one host sync per call, needed for the warning
+    if n_bad:
+        warnings.warn(
+            f"trajectory_positions: {n_bad} of {b} sequence(s) have non-finite embeddings; they fall back "
+            "to standard integer positions (check the model's embeddings and inputs)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        mon.record_fallbacks(n_bad)
+    if monitor is not None:
+        disp_final = torch.where(bad[:, None], 0.0, disp)
+        monitor.record_positions(positions, disp_final, real, clamped)
+
+    if not return_past:
+        return positions
+    any_real = real.any(dim=1)
+    last_idx = torch.where(real, torch.arange(n, device=device), -1).max(dim=1).values.clamp(min=0)
+    last_emb = emb.float()[torch.arange(b, device=device), last_idx]
+    total_real = real.sum(dim=1)
+    final_disp = torch.where(bad, 0.0, disp[:, -1]) if n else torch.zeros(b, dtype=acc, device=device)
+    if past is not None:
+        last_emb = torch.where(any_real[:, None], last_emb, past.last_embedding.to(device, torch.float32))
+        total_real = total_real + past.num_real.to(device)
+        if not n:
+            final_disp = past.displacement.to(device=device, dtype=acc)
+    new_past = TrajectoryPast(last_emb, final_disp, total_real)
+    return positions, new_past
