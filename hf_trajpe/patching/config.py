@@ -1,0 +1,161 @@
+"""``PatchConfig``: the options of :func:`hf_trajpe.patch`, validated, saved as JSON beside the weights.
+
+No transformers import here: a config can be built and checked without a model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import warnings
+from dataclasses import dataclass, field
+
+from ..encodings.interpolation import INTERPOLATION_MODES
+from ..encodings.trajectory import check_strength_value
+
+__all__ = ["ENCODINGS", "TRAJECTORY_BASES", "CONFIG_NAME", "PatchConfig"]
+
+#: Encodings that :func:`hf_trajpe.patch` knows (a family may support a subset: see ``SUPPORTED``).
+ENCODINGS: tuple[str, ...] = ("native", "sinusoidal", "rope", "alibi", "none", "trajectory")
+#: Bases that ``trajectory`` can run on; ``learned`` is the model's own learned absolute table.
+TRAJECTORY_BASES: tuple[str, ...] = ("sinusoidal", "rope", "alibi", "learned")
+#: File written beside the weights by ``save_pretrained`` on a patched model.
+CONFIG_NAME = "hf_trajpe_config.json"
+FORMAT_VERSION = 1
+
+
+@dataclass
+class PatchConfig:
+    """What to patch a model with. Validates itself on construction.
+
+    Fields (all but ``encoding`` optional):
+
+    - ``encoding``: one of :data:`ENCODINGS`.
+    - ``base``: for ``trajectory`` only, one of :data:`TRAJECTORY_BASES`; ``None`` means the model's
+      own scheme (``learned`` for GPT-2/BERT/RoBERTa, ``rope`` for the Llama family and GPT-NeoX).
+    - ``strength``: trajectory alpha in [0, 1], or ``"auto"`` (per content type, SPEC section 2).
+    - ``learnable_strength``: make alpha a trainable parameter (starts at ``strength``).
+    - ``beta``: trajectory magnitude scaling (> 0).
+    - ``interpolation``: how a base is read at fractional positions: ``linear``/``cubic`` (a table
+      of integer positions, the seed design) or ``exact`` (analytic: sinusoidal, rope, alibi).
+      ``None`` picks ``linear`` for the learned table and ``exact`` otherwise.
+    - ``detach``: stop gradients from positions into the embeddings (trajectory only).
+    - ``cache``/``cache_size``: the displacement cache of SPEC section 2 (trajectory only).
+    - ``max_positions``: the position limit. ``None`` keeps the model's own
+      (``max_position_embeddings``); raise it to run a learned-absolute model patched to
+      ``rope``/``alibi``/``sinusoidal``/``none`` past its original table.
+    - ``rope_theta``: base of the rotary frequencies when ``rope`` is put on a model that has none
+      (models with their own rotary module keep their own frequencies).
+    """
+
+    encoding: str
+    base: str | None = None
+    strength: float | str = 0.2
+    learnable_strength: bool = False
+    beta: float = 2.0
+    interpolation: str | None = None
+    detach: bool = False
+    cache: bool = False
+    cache_size: int = 10_000
+    max_positions: int | None = None
+    rope_theta: float = 10000.0
+    version: int = field(default=FORMAT_VERSION, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.encoding not in ENCODINGS:
+            raise ValueError(
+                f"unknown encoding {self.encoding!r}; supported encodings: {', '.join(ENCODINGS)}"
+            )
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        trajectory_only = ("base", "strength", "learnable_strength", "beta", "interpolation", "detach",
+                           "cache", "cache_size")
+        if self.encoding != "trajectory":
+            given = [k for k in trajectory_only if getattr(self, k) != defaults[k]]
+            if given:
+                raise ValueError(
+                    f"option(s) {', '.join(given)} apply only to encoding='trajectory', not {self.encoding!r}"
+                )
+        if self.base is not None and self.base not in TRAJECTORY_BASES:
+            raise ValueError(
+                f"unknown trajectory base {self.base!r}; supported bases: {', '.join(TRAJECTORY_BASES)}"
+            )
+        if isinstance(self.strength, str):
+            if self.strength != "auto":
+                raise ValueError(f"strength must be a number in [0, 1] or 'auto', got {self.strength!r}")
+            if self.learnable_strength:
+                raise ValueError("strength='auto' picks values per content type and cannot also be learnable")
+        else:
+            self.strength = check_strength_value(self.strength)
+            if self.learnable_strength and not 0.0 < self.strength < 1.0:
+                raise ValueError(
+                    f"a learnable strength must start strictly inside (0, 1), got {self.strength}; "
+                    "use a fixed strength for exactly 0 or 1"
+                )
+        if isinstance(self.beta, bool) or not isinstance(self.beta, (int, float)) or not (
+            math.isfinite(self.beta) and self.beta > 0
+        ):
+            raise ValueError(f"beta must be a finite number > 0, got {self.beta!r}")
+        self.beta = float(self.beta)
+        if self.interpolation is not None and self.interpolation not in INTERPOLATION_MODES:
+            raise ValueError(
+                f"unknown interpolation {self.interpolation!r}; supported: {', '.join(INTERPOLATION_MODES)}"
+            )
+        if self.base == "learned" and self.interpolation == "exact":
+            raise ValueError("a learned table exists only at integer rows: use interpolation linear or cubic")
+        if self.base == "alibi" and self.interpolation not in (None, "exact"):
+            raise ValueError("ALiBi is linear in position, hence always exact: use interpolation 'exact'")
+        if not isinstance(self.cache_size, int) or isinstance(self.cache_size, bool) or self.cache_size < 1:
+            raise ValueError(f"cache_size must be a positive integer, got {self.cache_size!r}")
+        mp = self.max_positions
+        if mp is not None and (not isinstance(mp, int) or isinstance(mp, bool) or mp < 1):
+            raise ValueError(f"max_positions must be a positive integer or None, got {self.max_positions!r}")
+        if not (isinstance(self.rope_theta, (int, float)) and self.rope_theta > 1):
+            raise ValueError(f"rope_theta must be a number > 1, got {self.rope_theta!r}")
+        for name in ("learnable_strength", "detach", "cache"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
+
+    @property
+    def interpolation_mode(self) -> str:
+        """The interpolation actually used (``None`` resolved for the base in use)."""
+        if self.interpolation is not None:
+            return self.interpolation
+        return "linear" if self.base == "learned" else "exact"
+
+    # -- round trip ------------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> PatchConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            warnings.warn(
+                f"PatchConfig: ignoring unknown key(s) {unknown} (written by a newer hf_trajpe?)",
+                UserWarning,
+                stacklevel=2,
+            )
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def save(self, directory: str | os.PathLike) -> str:
+        """Write ``hf_trajpe_config.json`` into ``directory``; returns the file path."""
+        os.makedirs(directory, exist_ok=True)
+        path = os.path.join(directory, CONFIG_NAME)
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(self.to_dict(), fh, indent=2, sort_keys=True)
+            fh.write("\n")
+        return path
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike) -> PatchConfig:
+        path = os.path.join(directory, CONFIG_NAME)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(
+                f"no {CONFIG_NAME} in {os.fspath(directory)!r}: it was not saved from a patched model "
+                "(save a patched model with model.save_pretrained(...) or hf_trajpe.save_patch(...))"
+            )
+        with open(path, encoding="utf-8") as fh:
+            return cls.from_dict(json.load(fh))
