@@ -2,17 +2,22 @@
 
 Rules, tried in this order on the text of one sequence (first match wins):
 
-1. ``random_content``: zlib compresses it poorly (compressed/raw >= 0.75 for >= 64 bytes), or
-   under 40% of its characters are letters, digits or whitespace.
+1. ``random_content``: over 20% of characters are control, replacement or other non-printable
+   characters (random bytes decoded as text).
 2. ``code_hierarchy``: >= 2 lines of code syntax (``def``/``class``/``import``/``return``/``if``
-   ... with ``:`` or ``{``/``}``), or brackets make up >= 6% of characters.
+   ... with ``:``, or a line of only brackets), or brackets make up >= 6% of characters.
 3. ``dialogue_structure``: >= 2 lines start with a short ``Speaker:`` tag and >= 2 speakers
    alternate.
-4. ``circular_patterns``: the word sequence repeats itself at some lag (>= 60% of words equal the
+4. ``random_content`` again: a symbol soup (over 20% of characters neither letters, digits nor
+   whitespace), a long text zlib cannot compress (ratio >= 0.85 over >= 200 bytes), or >= 30
+   words with no word repeated (natural text repeats its function words).
+5. ``circular_patterns``: the word sequence repeats itself at some lag (>= 60% of words equal the
    word that many places earlier, for a lag up to half the length).
-5. ``linear_progression``: >= 3 numbers, and >= 60% of consecutive differences equal the most common one.
-6. ``divergent_expansion``: >= 3 outline lines (bullets, ``1.2.`` numbering, tree glyphs) at >= 2 depths.
-7. ``convergent_flow``: aggregation words (total, sum, therefore, hence, combined, ...) or ``=``.
+6. ``linear_progression``: >= 3 numbers, and >= 60% of consecutive differences equal the most
+   common one.
+7. ``divergent_expansion``: >= 3 outline lines (bullets, ``1.2.`` numbering, tree glyphs) at >= 2
+   depths.
+8. ``convergent_flow``: aggregation words (total, sum, therefore, hence, combined, ...) or ``=``.
 
 Anything else is ``"unknown"``. The accuracy of these rules is measured against the content-type
 datasets (hf_trajpe.data), not assumed.
@@ -47,12 +52,19 @@ _CONVERGE = re.compile(r"\b(total|sum|sums|therefore|hence|thus|combined|altoget
                        r"conclusion|adds? up|aggregate)\b", re.IGNORECASE)
 
 
-def _is_random(text: str) -> bool:
-    raw = text.encode("utf-8", "replace")
-    if len(raw) >= 64 and len(zlib.compress(raw, 9)) / len(raw) >= 0.75:
+def _is_binary_noise(text: str) -> bool:
+    odd = sum(not ch.isprintable() and ch not in "\n\t\r" or ch == "\ufffd" for ch in text)
+    return odd > 0.2 * len(text)
+
+
+def _is_random(text: str, words: list[str]) -> bool:
+    symbols = sum(not (ch.isalnum() or ch.isspace()) for ch in text)
+    if symbols > 0.2 * len(text):
         return True
-    ordinary = sum(ch.isalnum() or ch.isspace() for ch in text)
-    return ordinary < 0.4 * max(len(text), 1)
+    raw = text.encode("utf-8", "replace")
+    if len(raw) >= 200 and len(zlib.compress(raw, 9)) / len(raw) >= 0.85:
+        return True
+    return len(words) >= 30 and len(set(w.lower() for w in words)) == len(words)
 
 
 def _is_code(lines: list[str], text: str) -> bool:
@@ -66,7 +78,7 @@ def _is_dialogue(lines: list[str]) -> bool:
     speakers = [m.group(1) for line in lines if (m := _SPEAKER.match(line))]
     if len(speakers) < 2 or len(set(speakers)) < 2:
         return False
-    changes = sum(a != b for a, b in zip(speakers, speakers[1:]))
+    changes = sum(a != b for a, b in zip(speakers, speakers[1:], strict=False))
     return changes >= max(1, (len(speakers) - 1) // 2)
 
 
@@ -85,7 +97,7 @@ def _is_linear(text: str) -> bool:
     nums = [float(x) for x in _NUMBER.findall(text)]
     if len(nums) < 3:
         return False
-    diffs = [round(b - a, 6) for a, b in zip(nums, nums[1:])]
+    diffs = [round(b - a, 6) for a, b in zip(nums, nums[1:], strict=False)]
     step, count = Counter(diffs).most_common(1)[0]
     return step != 0 and count >= 0.6 * len(diffs)
 
@@ -100,14 +112,16 @@ def detect_content_type(text: str) -> str:
     """One of :data:`CONTENT_TYPES`, or ``"unknown"``."""
     if not text.strip():
         return "unknown"
-    lines = text.splitlines()
-    if _is_random(text):
+    lines, words = text.splitlines(), text.split()
+    if _is_binary_noise(text):
         return "random_content"
     if _is_code(lines, text):
         return "code_hierarchy"
     if _is_dialogue(lines):
         return "dialogue_structure"
-    if _is_circular(text.split()):
+    if _is_random(text, words):
+        return "random_content"
+    if _is_circular(words):
         return "circular_patterns"
     if _is_linear(text):
         return "linear_progression"

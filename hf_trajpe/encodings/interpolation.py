@@ -23,7 +23,8 @@ def interpolate_rows(table: torch.Tensor, positions: torch.Tensor, mode: str = "
     Positions are clamped to ``[0, n-1]``. Integer-valued positions return table rows bit for bit
     in both modes (the interpolation weights are exactly 0 and 1 there). Gradients reach the table
     and, through the fractional part, the positions.
-    ``cubic`` is Catmull-Rom (a cubic through four neighbouring rows, indices clamped at the ends).
+    ``cubic`` is Catmull-Rom (a cubic through four neighbouring rows; rows past the ends are
+    extrapolated quadratically).
     """
     if table.dim() != 2:
         raise ValueError(f"table must be [rows, width], got shape {tuple(table.shape)}")
@@ -35,18 +36,26 @@ def interpolate_rows(table: torch.Tensor, positions: torch.Tensor, mode: str = "
     n = table.shape[0]
     if not positions.is_floating_point():
         return table[positions.clamp(0, n - 1)]
-    p = positions.to(torch.float32).clamp(0, n - 1)
+    # float64 positions stay float64; anything else is read in float32
+    p = (positions if positions.dtype == torch.float64 else positions.float()).clamp(0, n - 1)
     floor = p.floor()
     t = (p - floor)[..., None].to(table.dtype)
     i0 = floor.long()
     i1 = (i0 + 1).clamp(max=n - 1)
     if mode == "linear":
         return torch.lerp(table[i0], table[i1], t)
-    im1 = (i0 - 1).clamp(min=0)
-    i2 = (i0 + 2).clamp(max=n - 1)
+    r0, r1 = table[i0], table[i1]
+    # rows past either end are extrapolated by the quadratic through the three end rows; repeating
+    # the end row instead bends the curve and costs 4x the interior error there
+    r_m1, r2 = table[(i0 - 1).clamp(min=0)], table[(i0 + 2).clamp(max=n - 1)]
+    if n >= 3:
+        first = 3 * table[0] - 3 * table[1] + table[2]
+        last = 3 * table[n - 1] - 3 * table[n - 2] + table[n - 3]
+        r_m1 = torch.where((i0 == 0)[..., None], first, r_m1)
+        r2 = torch.where((i0 + 2 > n - 1)[..., None], last, r2)
     t2, t3 = t * t, t * t * t
     w_m1 = 0.5 * (-t3 + 2 * t2 - t)
     w_0 = 0.5 * (3 * t3 - 5 * t2 + 2)
     w_1 = 0.5 * (-3 * t3 + 4 * t2 + t)
     w_2 = 0.5 * (t3 - t2)
-    return w_m1 * table[im1] + w_0 * table[i0] + w_1 * table[i1] + w_2 * table[i2]
+    return w_m1 * r_m1 + w_0 * r0 + w_1 * r1 + w_2 * r2
