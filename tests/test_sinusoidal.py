@@ -84,3 +84,13 @@ def test_table_rows_are_exact_at_integer_positions():
     for mode in ("linear", "cubic"):
         assert torch.equal(table(idx.float(), mode), table.table)
     assert torch.equal(table(idx), table.table)
+
+
+def test_graph_and_no_graph_paths_agree_and_gradient_flows():
+    pos = torch.tensor([[0.5, 3.25, 9.0]], requires_grad=True)
+    with_graph = sinusoidal_encoding(pos, 8)
+    with torch.no_grad():
+        without = sinusoidal_encoding(pos, 8)
+    assert torch.equal(with_graph.detach(), without)
+    with_graph.sum().backward()
+    assert pos.grad is not None and pos.grad.abs().sum() > 0
