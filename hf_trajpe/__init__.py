@@ -22,6 +22,7 @@ from .encodings import (
     trajectory_positions,
 )
 from .monitoring import TrajectoryMonitor, global_monitor
+from .patching import SUPPORTED, PatchConfig, PatchHandle, from_pretrained, load_patch, patch, save_patch, unpatch
 from .strength import AUTO_STRENGTHS, AutoStrength, FixedStrength, LearnableStrength, make_strength
 
 __version__ = "0.1.0"
@@ -34,6 +35,9 @@ __all__ = [
     "DisplacementCache",
     "FixedStrength",
     "LearnableStrength",
+    "PatchConfig",
+    "PatchHandle",
+    "SUPPORTED",
     "SinusoidalTable",
     "TrajectoryMonitor",
     "TrajectoryPast",
@@ -42,14 +46,19 @@ __all__ = [
     "apply_rotary",
     "detect_content_type",
     "embedding_version",
+    "from_pretrained",
     "global_monitor",
     "interpolate_rows",
+    "load_patch",
     "make_strength",
+    "patch",
     "rotary_cos_sin",
     "rotary_inv_freq",
     "rotate_every_two",
     "rotate_half",
+    "save_patch",
     "sinusoidal_encoding",
     "sinusoidal_frequencies",
     "trajectory_positions",
+    "unpatch",
 ]
