@@ -46,7 +46,9 @@ def build_dataset(name: str, train: int = DEFAULT_SIZES["train"], validation: in
     rows = get(name).make_splits(sizes, seed, min_chars, progress)
     feats = _features()
     return datasets.DatasetDict({
-        split: datasets.Dataset.from_list(rows[split], features=feats) for split in ("train", "validation", "test")
+        split: datasets.Dataset.from_dict({"text": [r["text"] for r in rows[split]],
+                                           "source": [r["source"] for r in rows[split]]}, features=feats)
+        for split in ("train", "validation", "test")
     })
 
 

@@ -1,0 +1,65 @@
+"""``hf-trajpe eval``: per-content-type quality of models and their deltas against a baseline.
+
+    hf-trajpe eval --model learned=runs/gpt2_s0 --model learned=runs/gpt2_s1 \\
+                   --model rope=runs/rope_s0 --model rope=runs/rope_s1 \\
+                   --baseline learned --block-size 128 --lengths 1 2 4 --out outputs/eval
+
+Repeating a name gives several training seeds of that model. Writes ``report.json``, ``report.md``,
+``delta_per_type.png`` and ``ppl_vs_length.png`` into ``--out`` (see docs/evaluation.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+NAME = "eval"
+HELP = "evaluate models per content type: cross-entropy, perplexity, accuracy, deltas with bootstrap CIs"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", action="append", required=True, metavar="NAME=PATH",
+                   help="a local model folder under a name; repeat a name for several seeds")
+    p.add_argument("--baseline", default=None, help="name of the baseline (default: the first name)")
+    p.add_argument("--types", nargs="+", default=None, help="content types (default: all seven)")
+    p.add_argument("--block-size", type=int, default=128, help="training context length (default: %(default)s)")
+    p.add_argument("--lengths", type=int, nargs="+", default=[1, 2, 4],
+                   help="context lengths as multiples of --block-size (default: 1 2 4)")
+    p.add_argument("--tokenizer", default="byte", help="byte, minilm or a local folder (default: %(default)s)")
+    p.add_argument("--mode", choices=("clm", "mlm"), default=None,
+                   help="causal (next token) or masked LM scoring (default: from the model class)")
+    p.add_argument("--max-sequences", type=int, default=64,
+                   help="test blocks per type at the longest length (default: %(default)s)")
+    p.add_argument("--n-test", type=int, default=200,
+                   help="test documents per type when generated (default: %(default)s)")
+    p.add_argument("--data", default=None,
+                   help="folder from `hf-trajpe data build` (default: generate the test splits)")
+    p.add_argument("--data-seed", type=int, default=0, help="data seed (default: %(default)s)")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples (default: %(default)s)")
+    p.add_argument("--out", default="outputs/eval", help="output folder (default: %(default)s)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def parse_models(items: list[str]) -> dict[str, list[str]]:
+    models: dict[str, list[str]] = {}
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise ValueError(f"--model wants NAME=PATH, got {item!r}")
+        models.setdefault(name, []).append(path)
+    return models
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..evaluation import evaluate_models, write_report
+
+    result = evaluate_models(parse_models(args.model), baseline=args.baseline, content_types=args.types,
+                             tokenizer=args.tokenizer, block_size=args.block_size, length_multipliers=args.lengths,
+                             max_sequences=args.max_sequences, n_test=args.n_test, data_dir=args.data,
+                             data_seed=args.data_seed, mode=args.mode, batch_size=args.batch_size,
+                             n_resamples=args.bootstrap, progress=not args.no_progress)
+    paths = write_report(result, args.out)
+    for problem in result.harness_problems:
+        print(f"WARNING: HARNESS PROBLEM: improvement on random content: {problem}")
+    print(f"wrote {', '.join(str(p) for p in paths.values())}")
+    return 0

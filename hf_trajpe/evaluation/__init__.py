@@ -1,0 +1,36 @@
+"""Evaluation on the content types (SPEC section 4): per-type cross-entropy, perplexity and token
+accuracy, deltas against a baseline with bootstrap intervals, length extrapolation, and reports
+(JSON, Markdown, PNG). See ``docs/evaluation.md``.
+
+``import hf_trajpe.evaluation`` imports torch and numpy; ``evaluate``, ``datasets``, transformers and
+matplotlib are imported when used.
+"""
+
+from .bootstrap import bootstrap_ci, delta_pct, delta_with_intervals, percentile_interval
+from .claims import CLAIMED_IMPROVEMENT, CLAIMED_STRENGTH, HARNESS_PROBLEM, verdict
+from .evaluate_models import EvaluationResult, content_streams, evaluate_models, load_model
+from .metrics import load_metric, metric_path
+from .report import write_report
+from .scoring import Scores, detect_mode, mask_blocks, score_blocks
+
+__all__ = [
+    "CLAIMED_IMPROVEMENT",
+    "CLAIMED_STRENGTH",
+    "HARNESS_PROBLEM",
+    "EvaluationResult",
+    "Scores",
+    "bootstrap_ci",
+    "content_streams",
+    "delta_pct",
+    "delta_with_intervals",
+    "detect_mode",
+    "evaluate_models",
+    "load_metric",
+    "load_model",
+    "mask_blocks",
+    "metric_path",
+    "percentile_interval",
+    "score_blocks",
+    "verdict",
+    "write_report",
+]

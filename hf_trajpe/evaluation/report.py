@@ -1,0 +1,196 @@
+"""Reports of an :class:`~hf_trajpe.evaluation.EvaluationResult`: ``report.json``, ``report.md`` and
+two PNG charts (``delta_per_type.png``: delta per content type with 95% error bars and the claimed
+range shaded; ``ppl_vs_length.png``: perplexity against context length, one panel per type).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from .claims import CLAIMED_IMPROVEMENT, CLAIMED_STRENGTH, HARNESS_PROBLEM
+
+__all__ = ["markdown_report", "plot_delta_per_type", "plot_ppl_vs_length", "write_report"]
+
+
+def _fmt(x, digits: int = 2) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "n/a"
+    return f"{x:.{digits}f}"
+
+
+def _claim(t: str) -> str:
+    c = CLAIMED_IMPROVEMENT.get(t)
+    return f"{c[0]:g}-{c[1]:g}%" if c else "none"
+
+
+def markdown_report(data: dict, charts: dict[str, str] | None = None) -> str:
+    """The Markdown report from ``EvaluationResult.to_dict()``."""
+    meta, results, deltas = data["meta"], data["results"], data["deltas"]
+    base, lengths = meta["baseline"], meta["lengths"]
+    first = str(lengths[0])
+    lines = ["# hf_trajpe evaluation report", ""]
+    problems = [(m, t, L, d) for m, per_t in deltas.items() for t, per_l in per_t.items()
+                for L, d in per_l.items() if d["verdict"] == HARNESS_PROBLEM]
+    if problems:
+        lines += ["> **⚠ HARNESS PROBLEM.** A significant improvement was measured on `random_content`, "
+                  "where no positional encoding can help (uniform random tokens). Do not trust the other "
+                  "rows until this is explained (data leak, different test data per model, a bug in scoring):", ">"]
+        lines += [f"> - `{m}` at {L} tokens: {d['delta_pct']:+.2f}% [{d['ci'][0]:+.2f}, {d['ci'][1]:+.2f}]"
+                  for m, t, L, d in problems]
+        lines.append("")
+    scoring = ("next-token (causal LM)" if meta["mode"] == "clm"
+               else "masked-token (15% of positions, masked LM)")
+    contexts = ", ".join(f"{m}x = {L}" for m, L in zip(meta["length_multipliers"], lengths, strict=True))
+    lines += [f"- created: {meta['created']} (hf_trajpe {meta['hf_trajpe_version']})",
+              f"- baseline: `{base}`; scoring: {scoring}",
+              f"- tokenizer: {meta['tokenizer']}; training block size {meta['block_size']}; "
+              f"context lengths {contexts}",
+              f"- test data: {meta['data']}; tokens scored per type and length: "
+              + ", ".join(f"{t} {n}" for t, n in meta["tokens_per_type"].items()),
+              f"- intervals: {meta['level']:.0%} percentile bootstrap, {meta['n_resamples']} resamples over test "
+              "sequences (paired) and, when a model has several seeds, over seeds too",
+              f"- delta: {meta['delta_definition']}", "", "## Models", "",
+              "| name | seeds | class | parameters | source | patch |", "|---|---:|---|---:|---|---|"]
+    for name, seeds in data["models"].items():
+        s0 = seeds[0]
+        sources = sorted({s["source"] for s in seeds})
+        lines.append(f"| `{name}`{' (baseline)' if name == base else ''} | {len(seeds)} | {s0['class']} | "
+                     f"{s0['parameters']:,} | {', '.join(sources)} | {s0.get('hf_trajpe_patch', 'none')} |")
+    lines.append("")
+    for name, per_t in deltas.items():
+        lines += [f"## `{name}` against `{base}` at {first} tokens", "",
+                  "| content type | claimed improvement | claimed best strength | measured delta [95% CI] | "
+                  "verdict | ppl baseline | ppl encoding | acc baseline | acc encoding |",
+                  "|---|---:|---:|---:|---|---:|---:|---:|---:|"]
+        for t in meta["content_types"]:
+            d = per_t.get(t, {}).get(first)
+            rb, re_ = results[base][t][first], results[name][t][first]
+            if d is None:
+                reason = re_.get("skipped") or rb.get("skipped") or "not computed"
+                lines.append(f"| {t} | {_claim(t)} | {CLAIMED_STRENGTH.get(t, '')} | n/a | skipped: {reason} | | | | |")
+                continue
+            mark = "**" if d["verdict"] == HARNESS_PROBLEM else ""
+            seeds_note = f" (seeds: [{d['ci_seeds'][0]:+.2f}, {d['ci_seeds'][1]:+.2f}])" if d.get("ci_seeds") else ""
+            lines.append(f"| {t} | {_claim(t)} | {CLAIMED_STRENGTH.get(t, '')} | "
+                         f"{d['delta_pct']:+.2f}% [{d['ci'][0]:+.2f}, {d['ci'][1]:+.2f}]{seeds_note} | "
+                         f"{mark}{d['verdict']}{mark} | {_fmt(rb['perplexity'])} | {_fmt(re_['perplexity'])} | "
+                         f"{_fmt(rb['accuracy'], 3)} | {_fmt(re_['accuracy'], 3)} |")
+        lines.append("")
+    if len(lengths) > 1:
+        lines += ["## Perplexity against context length", "",
+                  "Same test tokens at every length, cut into blocks of that length. A model trained on "
+                  f"{meta['block_size']}-token blocks meets unseen positions beyond 1x.", "",
+                  "| content type | model | " + " | ".join(f"{L} tokens" for L in lengths) + " |",
+                  "|---|---|" + "---:|" * len(lengths)]
+        for t in meta["content_types"]:
+            for name in results:
+                cells = []
+                for L in lengths:
+                    r = results[name][t][str(L)]
+                    cells.append("skipped" if "skipped" in r else _fmt(r["perplexity"]))
+                lines.append(f"| {t} | `{name}` | " + " | ".join(cells) + " |")
+        lines.append("")
+        if deltas:
+            lines += ["Deltas at every length:", "", "| content type | model | "
+                      + " | ".join(f"{L} tokens" for L in lengths) + " |", "|---|---|" + "---:|" * len(lengths)]
+            for name, per_t in deltas.items():
+                for t in meta["content_types"]:
+                    cells = [(f"{d['delta_pct']:+.1f}% [{d['ci'][0]:+.1f}, {d['ci'][1]:+.1f}]"
+                              if (d := per_t.get(t, {}).get(str(L))) else "n/a") for L in lengths]
+                    lines.append(f"| {t} | `{name}` | " + " | ".join(cells) + " |")
+            lines.append("")
+    if charts:
+        lines += ["## Charts", ""] + [f"![{title}]({path})" for title, path in charts.items()] + [""]
+    lines += ["## How to read the verdicts", "",
+              "The claimed ranges are the seed design's claims (SPEC section 4), not facts. Verdict of the 95% "
+              "interval [lo, hi] of the measured delta against the claimed range [a, b]: CI contains 0 -> "
+              "*no significant difference*; hi < a -> *below the claim* (hi < 0: worse than the baseline); "
+              "lo > b -> *above the claim*; otherwise the interval overlaps the claim -> *within the claim*. "
+              "On `random_content` any significant improvement is flagged as a harness problem.", ""]
+    return "\n".join(lines)
+
+
+def plot_delta_per_type(data: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    meta, deltas = data["meta"], data["deltas"]
+    types, first = meta["content_types"], str(meta["lengths"][0])
+    fig, ax = plt.subplots(figsize=(max(7, 1.4 * len(types)), 4.5))
+    for i, t in enumerate(types):
+        if t in CLAIMED_IMPROVEMENT:
+            a, b = CLAIMED_IMPROVEMENT[t]
+            ax.fill_between([i - 0.45, i + 0.45], a, b, color="0.85", label="claimed range" if i == 0 else None)
+    width = 0.8 / max(1, len(deltas))
+    for k, (name, per_t) in enumerate(deltas.items()):
+        xs, ys, lo, hi = [], [], [], []
+        for i, t in enumerate(types):
+            d = per_t.get(t, {}).get(first)
+            if d:
+                xs.append(i - 0.4 + width * (k + 0.5))
+                ys.append(d["delta_pct"])
+                lo.append(d["delta_pct"] - d["ci"][0])
+                hi.append(d["ci"][1] - d["delta_pct"])
+        ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o", capsize=4, label=name)
+    ax.axhline(0, color="k", lw=0.8)
+    ax.set_xticks(range(len(types)), [t.replace("_", "\n") for t in types], fontsize=8)
+    ax.set_ylabel("perplexity delta vs baseline (%)")
+    ax.set_title(f"Delta against `{meta['baseline']}` at {first} tokens (95% bootstrap CI)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def plot_ppl_vs_length(data: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    meta, results = data["meta"], data["results"]
+    types, lengths = meta["content_types"], meta["lengths"]
+    cols = min(4, len(types))
+    rows = math.ceil(len(types) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.8 * rows), squeeze=False)
+    for ax, t in zip(axes.flat, types, strict=False):
+        for name, per_t in results.items():
+            pts = [(L, per_t[t][str(L)]["perplexity"]) for L in lengths if "perplexity" in per_t[t][str(L)]]
+            if pts:
+                ax.plot(*zip(*pts, strict=True), marker="o", label=name)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(lengths, [str(L) for L in lengths])
+        ax.set_title(t, fontsize=9)
+        ax.set_xlabel("context length (tokens)", fontsize=8)
+    for ax in list(axes.flat)[len(types):]:
+        ax.axis("off")
+    axes.flat[0].set_ylabel("perplexity")
+    axes.flat[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def write_report(result, out_dir) -> dict[str, Path]:
+    """Write ``report.json``, ``report.md`` and the PNG charts into ``out_dir``; returns their paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    data = result.to_dict() if hasattr(result, "to_dict") else result
+    paths = {"json": out / "report.json", "markdown": out / "report.md"}
+    charts = {}
+    if data["deltas"]:
+        paths["delta_png"] = out / "delta_per_type.png"
+        plot_delta_per_type(data, paths["delta_png"])
+        charts["delta per content type"] = paths["delta_png"].name
+    if len(data["meta"]["lengths"]) > 1:
+        paths["length_png"] = out / "ppl_vs_length.png"
+        plot_ppl_vs_length(data, paths["length_png"])
+        charts["perplexity against context length"] = paths["length_png"].name
+    paths["json"].write_text(json.dumps(data, indent=2) + "\n")
+    paths["markdown"].write_text(markdown_report(data, charts))
+    return paths

@@ -1,0 +1,118 @@
+"""Score one model on blocks of token ids: per-sequence nll, scored tokens and correct predictions.
+
+Works with any model that takes ``input_ids``/``attention_mask`` and returns ``.logits``:
+
+- ``mode="clm"`` (causal LM): every next token is scored, ``L - 1`` per block of ``L``;
+- ``mode="mlm"`` (BERT family): 15% of each block's non-special positions (at least one) are
+  replaced by ``[MASK]`` and scored. The positions depend only on ``(mask_seed, block index)``, so
+  every model sees the same masked blocks.
+
+Token-level values then go to the local ``evaluate`` metrics (``token_cross_entropy``,
+``token_accuracy``), which give the headline numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .metrics import load_metric
+
+__all__ = ["MASK_RATE", "Scores", "detect_mode", "mask_blocks", "score_blocks"]
+
+MASK_RATE = 0.15
+
+
+@dataclass
+class Scores:
+    """Per test sequence: ``nll`` (summed, nats), ``count`` (scored tokens), ``correct``; plus metrics."""
+
+    nll: np.ndarray
+    count: np.ndarray
+    correct: np.ndarray
+    metrics: dict
+
+    def summary(self) -> dict:
+        return {**self.metrics, "n_sequences": int(len(self.nll))}
+
+
+def detect_mode(model) -> str:
+    """``"mlm"`` for a masked-LM head (class name contains ``MaskedLM``), else ``"clm"``."""
+    names = [cls.__name__ for cls in type(model).__mro__]
+    return "mlm" if any("MaskedLM" in n for n in names) else "clm"
+
+
+def mask_blocks(input_ids: torch.Tensor, mask_token_id: int, special_ids, seed: int = 0,
+                rate: float = MASK_RATE) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(masked_ids, labels)``: labels are -100 except at the masked positions."""
+    masked, labels = input_ids.clone(), torch.full_like(input_ids, -100)
+    special = torch.isin(input_ids, torch.tensor(sorted(set(special_ids)), dtype=input_ids.dtype))
+    for b in range(input_ids.shape[0]):
+        candidates = (~special[b]).nonzero().flatten().numpy()
+        if len(candidates) == 0:
+            continue
+        k = max(1, int(round(rate * len(candidates))))
+        pick = np.random.default_rng([seed, b]).choice(candidates, size=k, replace=False)
+        pick = torch.as_tensor(pick)
+        labels[b, pick] = input_ids[b, pick]
+        masked[b, pick] = mask_token_id
+    return masked, labels
+
+
+def _set_texts(model, tokenizer, ids: torch.Tensor) -> None:
+    """Give a patched model with ``strength="auto"`` the raw texts of the batch (hf_trajpe.patch)."""
+    try:
+        from ..patching import get_handle
+
+        handle = get_handle(model)
+    except Exception:  # not a patched transformers model
+        return
+    if handle is not None and getattr(handle.config, "strength", None) == "auto" and tokenizer is not None:
+        handle.set_texts(tokenizer.batch_decode(ids, skip_special_tokens=True))
+
+
+@torch.no_grad()
+def score_blocks(model, blocks: torch.Tensor, mode: str | None = None, batch_size: int = 16,
+                 tokenizer=None, mask_seed: int = 0, progress=None) -> Scores:
+    """Score ``blocks`` (``[N, L]`` token ids, no padding). ``tokenizer`` is needed for ``mlm``."""
+    mode = mode or detect_mode(model)
+    if mode not in ("clm", "mlm"):
+        raise ValueError(f"mode must be 'clm' or 'mlm', got {mode!r}")
+    if mode == "mlm" and (tokenizer is None or tokenizer.mask_token_id is None):
+        raise ValueError("masked-LM scoring needs a tokenizer with a [MASK] token")
+    model.eval()
+    device = next(model.parameters()).device
+    ce_metric, acc_metric = load_metric("token_cross_entropy"), load_metric("token_accuracy")
+    nll_seq, count_seq, correct_seq, token_nll, token_pred, token_ref = [], [], [], [], [], []
+    for start in range(0, blocks.shape[0], batch_size):
+        ids = blocks[start:start + batch_size]
+        if mode == "mlm":
+            inputs, labels = mask_blocks(ids, tokenizer.mask_token_id, tokenizer.all_special_ids,
+                                         seed=mask_seed + start)
+        else:
+            inputs, labels = ids, ids
+        _set_texts(model, tokenizer, ids)
+        logits = model(input_ids=inputs.to(device), attention_mask=torch.ones_like(inputs).to(device)).logits
+        logits = logits.float().cpu()
+        if mode == "clm":
+            logits, labels = logits[:, :-1], labels[:, 1:]
+        scored = labels != -100
+        safe = labels.clamp_min(0)
+        nll = -torch.log_softmax(logits, -1).gather(-1, safe.unsqueeze(-1)).squeeze(-1)
+        pred = logits.argmax(-1)
+        nll_seq.append((nll * scored).sum(1).double().numpy())
+        count_seq.append(scored.sum(1).numpy())
+        correct_seq.append(((pred == labels) & scored).sum(1).numpy())
+        token_nll.append(nll[scored].double().numpy())
+        token_pred.append(pred[scored].numpy())
+        token_ref.append(labels[scored].numpy())
+        if progress is not None:
+            progress(int(ids.shape[0]))
+    # the metrics see the data only once every forward pass succeeded (no half-filled metric state)
+    metrics = {**ce_metric.compute(nll=np.concatenate(token_nll)),
+               "accuracy": acc_metric.compute(predictions=np.concatenate(token_pred),
+                                              references=np.concatenate(token_ref))["accuracy"]}
+    return Scores(np.concatenate(nll_seq), np.concatenate(count_seq).astype(np.int64),
+                  np.concatenate(correct_seq).astype(np.int64), metrics)

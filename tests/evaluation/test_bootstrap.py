@@ -1,0 +1,87 @@
+"""Bootstrap intervals cover known cases; verdicts follow the rules of SPEC section 4."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from hf_trajpe.evaluation import HARNESS_PROBLEM, bootstrap_ci, delta_with_intervals, verdict
+
+
+def test_interval_of_a_mean_covers_the_true_mean_about_95_percent_of_the_time():
+    rng = np.random.default_rng(0)
+    hits = 0
+    for rep in range(200):
+        sample = rng.normal(3.0, 2.0, size=60)
+        lo, hi = bootstrap_ci(sample, n_resamples=400, seed=rep)
+        hits += lo <= 3.0 <= hi
+    assert 0.88 <= hits / 200 <= 0.99, hits
+
+
+def test_delta_of_a_uniform_ten_percent_gain_is_exactly_ten_with_a_point_interval():
+    rng = np.random.default_rng(1)
+    count = rng.integers(50, 100, size=40).astype(float)
+    base = count * rng.uniform(1.0, 3.0, size=40)
+    enc = base + count * math.log(0.9)  # ppl_enc = 0.9 * ppl_base on every resample
+    d = delta_with_intervals(base, count, enc, count, n_resamples=300)
+    assert d["delta_pct"] == pytest.approx(10.0)
+    assert d["ci"] == pytest.approx((10.0, 10.0)) and d["ci_seeds"] is None
+    assert d["ppl_enc"] == pytest.approx(0.9 * d["ppl_base"])
+
+
+def test_identical_models_give_zero_and_no_significant_difference():
+    nll = np.random.default_rng(2).uniform(100, 200, size=(1, 30))
+    d = delta_with_intervals(nll, np.full(30, 64.0), nll, np.full(30, 64.0), n_resamples=200)
+    assert d["delta_pct"] == 0.0 and d["ci"] == (0.0, 0.0)
+    assert verdict(d["ci"], "code_hierarchy") == "no significant difference"
+
+
+def test_delta_interval_covers_the_true_delta_of_a_known_model():
+    # token nll ~ Exponential(mean mu) per token; 64 tokens per sequence; true ppl = exp(mu)
+    mu_b, mu_e = 2.0, 1.95
+    true = (math.exp(mu_b) - math.exp(mu_e)) / math.exp(mu_b) * 100
+    rng = np.random.default_rng(3)
+    hits, reps = 0, 120
+    for rep in range(reps):
+        shared = rng.exponential(1.0, size=(80, 64))  # paired: the same sequences are hard for both
+        base = (shared * mu_b).sum(1)
+        enc = (shared * mu_e + rng.normal(0, 0.3, size=(80, 64))).sum(1)
+        d = delta_with_intervals(base, np.full(80, 64.0), enc, np.full(80, 64.0), n_resamples=300, seed=rep)
+        hits += d["ci"][0] <= true <= d["ci"][1]
+    assert 0.85 <= hits / reps <= 1.0, hits
+
+
+def test_seed_spread_widens_the_interval():
+    rng = np.random.default_rng(4)
+    count = np.full(50, 100.0)
+    base = rng.uniform(180, 220, size=(1, 50))
+    enc_same = np.vstack([base[0] - 10, base[0] - 10, base[0] - 10])
+    enc_spread = np.vstack([base[0] - 40, base[0] - 10, base[0] + 20])
+    same = delta_with_intervals(base, count, enc_same, count, n_resamples=500)
+    spread = delta_with_intervals(base, count, enc_spread, count, n_resamples=500)
+    assert same["ci_seeds"] == pytest.approx((same["delta_pct"], same["delta_pct"]))
+    assert spread["ci_seeds"][1] - spread["ci_seeds"][0] > 1.0
+    assert spread["ci"][1] - spread["ci"][0] > same["ci"][1] - same["ci"][0]
+    assert spread["seeds_enc"] == 3 and spread["seeds_base"] == 1
+
+
+def test_different_sequences_are_refused():
+    with pytest.raises(ValueError, match="different sequences"):
+        delta_with_intervals(np.ones((1, 5)), np.ones(5), np.ones((1, 6)), np.ones(6))
+
+
+@pytest.mark.parametrize(("ci", "ctype", "expected"), [
+    ((-1.0, 3.0), "circular_patterns", "no significant difference"),
+    ((16.0, 30.0), "circular_patterns", "within the claim"),
+    ((1.0, 16.0), "circular_patterns", "within the claim"),
+    ((1.0, 14.0), "circular_patterns", "below the claim"),
+    ((-9.0, -2.0), "circular_patterns", "below the claim (worse than the baseline)"),
+    ((26.0, 40.0), "circular_patterns", "above the claim"),
+    ((0.5, 1.5), "random_content", HARNESS_PROBLEM),
+    ((-3.0, -1.0), "random_content", "below the claim (worse than the baseline)"),
+    ((-0.5, 0.5), "random_content", "no significant difference"),
+])
+def test_verdicts(ci, ctype, expected):
+    assert verdict(ci, ctype) == expected
