@@ -265,7 +265,7 @@ class PatchState(nn.Module):
                     raise RuntimeError(
                         f"the KV cache holds hf_trajpe state for batch {memory.num_real.shape[0]}, "
                         "the input has "
-                        f"batch {b}; beam search and cache reordering are not supported by patched models"
+                        f"batch {b}; expand or select the cache rows with the model's own generate()"
                     )
         if self.hard_limit is not None and past_len + n > self.hard_limit:
             raise ValueError(
@@ -499,9 +499,29 @@ def make_post_hook(state: PatchState) -> Callable:
             cache = output[1] if hasattr(output[1], "get_seq_length") else None
         if cache is not None and state.pending is not None:
             cache.__dict__[_MEMORY_ATTR] = state.pending
+            if "reorder_cache" not in cache.__dict__ and hasattr(type(cache), "reorder_cache"):
+                cache.reorder_cache = _reordering(cache)
         return None
 
     return post_hook
+
+
+def _reordering(cache) -> Callable:
+    """Beam search reorders the cache rows; reorder our decoding memory with them."""
+    stock = type(cache).reorder_cache
+
+    def reorder_cache(beam_idx: torch.LongTensor) -> None:
+        stock(cache, beam_idx)
+        mem: _Memory | None = cache.__dict__.get(_MEMORY_ATTR)
+        if mem is not None:
+            idx = beam_idx.to(mem.num_real.device)
+            cache.__dict__[_MEMORY_ATTR] = _Memory(
+                mem.num_real.index_select(0, idx),
+                None if mem.key_positions is None else mem.key_positions.index_select(0, idx),
+                None if mem.trajectory is None else mem.trajectory.reorder(idx),
+            )
+
+    return reorder_cache
 
 
 def bind_attention_modules(base: nn.Module, family: FamilyAdapter, state: PatchState | None) -> int:

@@ -306,3 +306,18 @@ def test_bidirectional_alibi_is_symmetric(family):
         fwd = output(model, input_ids=ids)
         rev = output(model, input_ids=ids.flip(1))
     torch.testing.assert_close(fwd, rev.flip(1), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("family,name", [("gpt2", "trajectory"), ("llama", "trajectory"),
+                                         ("llama", "trajectory/alibi"), ("gpt_neox", "alibi")])
+def test_beam_search_with_cache_equals_without(family, name):
+    """Beam search reorders cache rows; the trajectory memory must follow them."""
+    model = build(family)
+    ids = random_ids(7, b=2, seed=8)
+    kw = dict(max_new_tokens=5, num_beams=3, do_sample=False, pad_token_id=0, eos_token_id=None,
+              output_scores=True, return_dict_in_generate=True)
+    with _patch(model, name):
+        a = model.generate(ids, use_cache=True, **kw)
+        b = model.generate(ids, use_cache=False, **kw)
+    assert torch.equal(a.sequences, b.sequences)
+    torch.testing.assert_close(a.sequences_scores, b.sequences_scores, rtol=1e-4, atol=1e-4)
