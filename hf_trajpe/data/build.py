@@ -72,6 +72,8 @@ def dataset_stats(dd) -> dict:
     """Examples, characters and UTF-8 bytes per split of one ``DatasetDict``."""
     out = {}
     for split in SPLITS:
+        if split not in dd:
+            continue
         texts = dd[split]["text"]
         out[split] = {"examples": len(texts), "chars": sum(map(len, texts)),
                       "bytes": sum(len(t.encode("utf-8")) for t in texts)}
@@ -80,7 +82,10 @@ def dataset_stats(dd) -> dict:
 
 def save_all(out_dir: str | Path, names: Iterable[str] | None = None, sizes: Mapping[str, int] | None = None,
              seed: int = 0, min_chars: int = DEFAULT_MIN_CHARS, progress: bool = True) -> dict:
-    """Build and ``save_to_disk`` each type under ``out_dir/<name>``; writes ``out_dir/manifest.json``."""
+    """Build and ``save_to_disk`` each type under ``out_dir/<name>``; writes ``out_dir/manifest.json``.
+
+    Empty splits are not saved (``datasets`` cannot load them back)."""
+    import datasets
     from tqdm.auto import tqdm
 
     out_dir = Path(out_dir)
@@ -95,7 +100,8 @@ def save_all(out_dir: str | Path, names: Iterable[str] | None = None, sizes: Map
             t0 = time.perf_counter()
             dd = build_dataset(name, seed=seed, min_chars=min_chars, progress=bar.update, **sizes)
             seconds = time.perf_counter() - t0
-            dd.save_to_disk(str(out_dir / name))
+            # datasets cannot load an empty split back (IndexError in load_from_disk): save non-empty ones
+            datasets.DatasetDict({k: v for k, v in dd.items() if v.num_rows}).save_to_disk(str(out_dir / name))
             manifest["types"][name] = {"build_seconds": round(seconds, 3), "splits": dataset_stats(dd),
                                        "origin": get(name).origin}
     (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")

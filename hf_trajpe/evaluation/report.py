@@ -36,7 +36,10 @@ def markdown_report(data: dict, charts: dict[str, str] | None = None) -> str:
     if problems:
         lines += ["> **⚠ HARNESS PROBLEM.** A significant improvement was measured on `random_content`, "
                   "where no positional encoding can help (uniform random tokens). Do not trust the other "
-                  "rows until this is explained (data leak, different test data per model, a bug in scoring):", ">"]
+                  "rows until this is explained: a data leak, different test data per model, a bug in "
+                  "scoring, or models not trained to convergence on random content (their perplexity there "
+                  "far above the size of the random alphabet, 95 for the byte tokenizer), in which case the "
+                  "difference is calibration, not position:", ">"]
         lines += [f"> - `{m}` at {L} tokens: {d['delta_pct']:+.2f}% [{d['ci'][0]:+.2f}, {d['ci'][1]:+.2f}]"
                   for m, t, L, d in problems]
         lines.append("")

