@@ -62,3 +62,17 @@ def test_minilm_save_and_reload(minilm, tmp_path):
         model.save_pretrained(tmp_path)
     back = hf_trajpe.from_pretrained(tmp_path, dtype=torch.float32).eval()
     torch.testing.assert_close(_hidden(back, batch), want, rtol=0, atol=0)
+
+
+def test_docs_quickstart_runs(tmp_path, monkeypatch):
+    """The code blocks of docs/patching.md run as written (MiniLM and a tiny Llama, save/reload)."""
+    import pathlib
+    import re
+
+    doc = pathlib.Path(__file__).resolve().parents[2] / "docs" / "patching.md"
+    code = "\n".join(re.findall(r"```python\n(.*?)```", doc.read_text(), re.S))
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    exec(compile(code, str(doc), "exec"), scope)
+    assert hf_trajpe.patching.get_handle(scope["model"]).config.learnable_strength
+    assert (tmp_path / "out" / "llama-traj" / "hf_trajpe_config.json").exists()
