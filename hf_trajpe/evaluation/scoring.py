@@ -99,15 +99,17 @@ def score_blocks(model, blocks: torch.Tensor, mode: str | None = None, batch_siz
         if mode == "clm":
             logits, labels = logits[:, :-1], labels[:, 1:]
         scored = labels != -100
-        safe = labels.clamp_min(0)
-        nll = -torch.log_softmax(logits, -1).gather(-1, safe.unsqueeze(-1)).squeeze(-1)
-        pred = logits.argmax(-1)
-        nll_seq.append((nll * scored).sum(1).double().numpy())
+        rows = scored.nonzero()[:, 0]  # the sequence of each scored token
+        picked, gold = logits[scored], labels[scored]  # [T, V], [T]: only scored positions (memory)
+        nll = (torch.logsumexp(picked, -1) - picked.gather(-1, gold.unsqueeze(-1)).squeeze(-1)).double()
+        hit = picked.argmax(-1) == gold
+        n = ids.shape[0]
+        nll_seq.append(torch.zeros(n, dtype=torch.float64).index_add_(0, rows, nll).numpy())
         count_seq.append(scored.sum(1).numpy())
-        correct_seq.append(((pred == labels) & scored).sum(1).numpy())
-        token_nll.append(nll[scored].double().numpy())
-        token_pred.append(pred[scored].numpy())
-        token_ref.append(labels[scored].numpy())
+        correct_seq.append(torch.zeros(n, dtype=torch.long).index_add_(0, rows, hit.long()).numpy())
+        token_nll.append(nll.numpy())
+        token_pred.append(picked.argmax(-1).numpy())
+        token_ref.append(gold.numpy())
         if progress is not None:
             progress(int(ids.shape[0]))
     # the metrics see the data only once every forward pass succeeded (no half-filled metric state)
