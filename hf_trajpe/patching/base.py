@@ -307,7 +307,7 @@ class PatchState(nn.Module):
         if (
             self.displacement_cache is not None
             and memory is None
-            and not use_cache
+            and (not use_cache or not self.causal)  # a causal model decoding next needs the full state
             and input_ids is not None
             and not (torch.is_tensor(alpha) and alpha.requires_grad)
         ):

@@ -185,14 +185,16 @@ def test_auto_strength_uses_texts_and_defaults_without_them():
         assert len(auto.state.strength.last_types) == 2
 
 
-def test_displacement_cache_never_changes_results():
-    model = build("llama")
+@pytest.mark.parametrize("family", ["llama", "bert"])
+def test_displacement_cache_never_changes_results(family):
+    model = build(family)
     ids = random_ids(10, b=3)
+    kw = {"use_cache": False} if family == "llama" else {}  # BERT: the cache is used as is
     with hf_trajpe.patch(model, "trajectory", strength=0.4):
-        want = output(model, input_ids=ids, use_cache=False)
+        want = output(model, input_ids=ids, **kw)
     with hf_trajpe.patch(model, "trajectory", strength=0.4, cache=True) as h:
-        first = output(model, input_ids=ids, use_cache=False)
-        second = output(model, input_ids=ids, use_cache=False)
+        first = output(model, input_ids=ids, **kw)
+        second = output(model, input_ids=ids, **kw)
         assert h.state.displacement_cache.hits == 3 and h.state.displacement_cache.lookups == 6
     torch.testing.assert_close(first, want, rtol=0, atol=0)
     torch.testing.assert_close(second, want, rtol=0, atol=0)
