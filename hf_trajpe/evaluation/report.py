@@ -138,7 +138,8 @@ def plot_delta_per_type(data: dict, path: Path) -> None:
                 ys.append(d["delta_pct"])
                 lo.append(d["delta_pct"] - d["ci"][0])
                 hi.append(d["ci"][1] - d["delta_pct"])
-        ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o", capsize=4, label=name)
+        color = f"C{list(data['results']).index(name)}"  # the same colour as in ppl_vs_length.png
+        ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o", capsize=4, label=name, color=color)
     ax.axhline(0, color="k", lw=0.8)
     ax.set_xticks(range(len(types)), [t.replace("_", "\n") for t in types], fontsize=8)
     ax.set_ylabel("perplexity delta vs baseline (%)")
@@ -164,7 +165,7 @@ def plot_ppl_vs_length(data: dict, path: Path) -> None:
         for name, per_t in results.items():
             pts = [(L, per_t[t][str(L)]["perplexity"]) for L in lengths if "perplexity" in per_t[t][str(L)]]
             if pts:
-                ax.plot(*zip(*pts, strict=True), marker="o", label=name)
+                ax.plot(*zip(*pts, strict=True), marker="o", label=name, color=f"C{list(results).index(name)}")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xticks(lengths, [str(L) for L in lengths])
