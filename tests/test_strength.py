@@ -79,3 +79,14 @@ def test_auto_strength_follows_the_spec_table():
     assert float(auto(3)) == pytest.approx(AUTO_STRENGTHS["default"])
     with pytest.raises(ValueError, match="2 texts for a batch of 3"):
         auto(3, texts[:2])
+
+
+def test_detector_accuracy_on_the_content_type_datasets():
+    """Held-out seed (the rules were tuned on seed 0); docs/encodings.md gives the full table."""
+    from hf_trajpe import CONTENT_TYPES
+    from hf_trajpe.data import build_dataset
+
+    for kind in CONTENT_TYPES:
+        texts = build_dataset(kind, train=0, validation=0, test=40, seed=3)["test"]["text"]
+        hits = sum(detect_content_type(t[:768]) == kind for t in texts)
+        assert hits >= 0.85 * len(texts), (kind, hits)
