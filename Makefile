@@ -20,4 +20,4 @@ test-slow: .installed
 	$(PYTHON) -m pytest -m slow -q
 
 lint: .installed
-	$(PYTHON) -m ruff check hf_trajpe tests scripts recipes
+	$(PYTHON) -m ruff check hf_trajpe tests scripts $(wildcard recipes)
