@@ -37,7 +37,11 @@ class FixedStrength(nn.Module):
 
 
 class LearnableStrength(nn.Module):
-    """alpha = sigmoid(raw): trainable and always inside (0, 1), so no clamping kills its gradient."""
+    """alpha = sigmoid(raw): trainable and always inside (0, 1), so no clamping kills its gradient.
+
+    ``raw`` has shape ``[1]``, not ``[]``: FSDP2's ``fully_shard`` refuses scalar parameters. A scalar
+    ``raw`` saved by an older version loads (it is reshaped on load).
+    """
 
     def __init__(self, init: float = 0.2) -> None:
         super().__init__()
@@ -47,11 +51,17 @@ class LearnableStrength(nn.Module):
                 f"a learnable strength must start strictly inside (0, 1) (it is a sigmoid), got {init}; "
                 "use a fixed strength for exactly 0 or 1"
             )
-        self.raw = nn.Parameter(torch.tensor(math.log(init / (1.0 - init)), dtype=torch.float32))
+        self.raw = nn.Parameter(torch.tensor([math.log(init / (1.0 - init))], dtype=torch.float32))
 
     @property
     def value(self) -> torch.Tensor:
-        return torch.sigmoid(self.raw)
+        return torch.sigmoid(self.raw).reshape(())
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        key = prefix + "raw"
+        if key in state_dict and state_dict[key].dim() == 0:  # saved before raw became [1]
+            state_dict[key] = state_dict[key].reshape(1)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def forward(self, batch_size: int, texts: Sequence[str] | None = None) -> torch.Tensor:
         return self.value

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from torch import nn
 
+from ..monitoring import TrajectoryMonitor
 from .base import (
     _STATE_ATTR,
     ATTENTION_NAMES,
@@ -53,6 +54,22 @@ class PatchHandle:
 
     def set_texts(self, texts: list[str] | None) -> None:
         self.state.texts = None if texts is None else list(texts)
+
+    @property
+    def monitor(self) -> TrajectoryMonitor | None:
+        """The attached :class:`~hf_trajpe.TrajectoryMonitor`, or ``None`` (the default: no overhead)."""
+        return self.state.monitor
+
+    def attach_monitor(self, monitor: TrajectoryMonitor | None = None) -> TrajectoryMonitor:
+        """Record SPEC section 5 counters of every forward into ``monitor`` (a new one if omitted):
+        encoding time and tokens/s for every encoding; displacement, clamped share, smoothness,
+        fallbacks and cache hits for ``trajectory``. Returns the monitor; ``monitor.as_dict()`` reads it."""
+        self.state.monitor = monitor if monitor is not None else TrajectoryMonitor()
+        return self.state.monitor
+
+    def detach_monitor(self) -> TrajectoryMonitor | None:
+        monitor, self.state.monitor = self.state.monitor, None
+        return monitor
 
     def save(self, directory: str | os.PathLike) -> None:
         save_patch(self.model, directory)

@@ -20,6 +20,7 @@ Shape legend: ``b`` batch, ``n`` new tokens, ``t`` all key positions (cache + ne
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 from collections.abc import Callable
@@ -218,6 +219,8 @@ class PatchState(nn.Module):
             DisplacementCache(config.cache_size) if (self.trajectory and config.cache) else None
         )
         self.texts: list[str] | None = None
+        #: a TrajectoryMonitor (SPEC section 5) or None; set with ``PatchHandle.attach_monitor``
+        self.monitor = None
         self.step: _Step | None = None
         self.pending: _Memory | None = None
         if self.scheme == "sinusoidal" and self.trajectory and self.interp != "exact":
@@ -303,7 +306,8 @@ class PatchState(nn.Module):
     def _trajectory_positions(self, embeddings, input_ids, mask, memory, use_cache):
         b = embeddings.shape[0]
         alpha = self.strength(b, self.texts)
-        kwargs = dict(beta=self.config.beta, max_positions=self.max_positions, detach=self.config.detach)
+        kwargs = dict(beta=self.config.beta, max_positions=self.max_positions, detach=self.config.detach,
+                      monitor=self.monitor)
         if (
             self.displacement_cache is not None
             and memory is None
@@ -478,8 +482,12 @@ def make_pre_hook(state: PatchState, base: nn.Module, model_config) -> Callable:
         if use_cache is None:
             use_cache = bool(getattr(model_config, "use_cache", False)) and not module.training
         state.__dict__["_embedding_weight"] = getattr(embed, "weight", None)
-        state.begin_forward(inputs_embeds, input_ids, kw.get("attention_mask"), kw.get("past_key_values"),
-                            bool(use_cache))
+        monitor = state.monitor
+        timer = (monitor.timed(inputs_embeds.shape[0] * inputs_embeds.shape[1], inputs_embeds.device)
+                 if monitor is not None else contextlib.nullcontext())
+        with timer:
+            state.begin_forward(inputs_embeds, input_ids, kw.get("attention_mask"), kw.get("past_key_values"),
+                                bool(use_cache))
         if state.scheme == "sinusoidal" and state.family.table_path is None:
             inputs_embeds = inputs_embeds + state.sinusoidal(state.step.positions).to(inputs_embeds.dtype)
         kw["inputs_embeds"] = inputs_embeds
