@@ -1,0 +1,95 @@
+"""Atomic checkpoints: ``accelerator.save_state`` into a temporary folder, then one rename.
+
+Layout under ``output_dir/checkpoints/``: ``step_000010/`` (complete: model, optimizer, scheduler, RNG
+states of every process, and ``trainer_state.json`` written last), never a half-written folder under
+that name. A run killed mid-save leaves ``.tmp-step_000010/``, which :func:`latest_checkpoint` ignores
+and the next save removes. Only the newest ``keep_last`` complete checkpoints are kept.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+__all__ = ["TRAINER_STATE", "checkpoint_dirs", "latest_checkpoint", "read_trainer_state", "save_checkpoint"]
+
+TRAINER_STATE = "trainer_state.json"
+_NAME = re.compile(r"^step_(\d+)$")
+
+
+def checkpoint_dirs(root: str | Path) -> list[Path]:
+    """Complete checkpoints under ``root``, oldest first."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    found = []
+    for p in root.iterdir():
+        m = _NAME.match(p.name)
+        if m and p.is_dir() and (p / TRAINER_STATE).is_file():
+            found.append((int(m.group(1)), p))
+    return [p for _, p in sorted(found)]
+
+
+def latest_checkpoint(root: str | Path) -> Path | None:
+    dirs = checkpoint_dirs(root)
+    return dirs[-1] if dirs else None
+
+
+def read_trainer_state(checkpoint: str | Path) -> dict:
+    return json.loads((Path(checkpoint) / TRAINER_STATE).read_text())
+
+
+def save_checkpoint(root: str | Path, step: int, trainer_state: dict, save_state: Callable[[str], None],
+                    is_main: bool = True, barrier: Callable[[], None] = lambda: None, keep_last: int = 2) -> Path:
+    """Write checkpoint ``step`` atomically; every process calls this (``save_state`` writes its share).
+
+    1. main: remove stale temporaries; 2. all: ``save_state(tmp)``; 3. main: ``trainer_state.json``
+    into ``tmp`` (fsync), rename ``tmp`` -> ``step_N`` (``os.replace``: atomic on one filesystem),
+    prune old checkpoints.
+    """
+    root = Path(root)
+    final = root / f"step_{step:06d}"
+    tmp = root / f".tmp-step_{step:06d}"
+    if is_main:
+        root.mkdir(parents=True, exist_ok=True)
+        for p in root.glob(".tmp-step_*"):
+            shutil.rmtree(p, ignore_errors=True)
+        tmp.mkdir()
+    barrier()
+    save_state(str(tmp))
+    barrier()
+    if is_main:
+        state_path = tmp / TRAINER_STATE
+        with open(state_path, "w") as fh:
+            json.dump(trainer_state, fh, indent=2)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if final.exists():  # the same step saved again (e.g. after a resume): replace it whole
+            old = root / f".old-step_{step:06d}"
+            os.replace(final, old)
+            os.replace(tmp, final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, final)
+        _fsync_dir(root)
+        for p in checkpoint_dirs(root)[:-keep_last]:
+            shutil.rmtree(p, ignore_errors=True)
+    barrier()
+    return final
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

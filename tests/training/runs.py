@@ -1,0 +1,46 @@
+"""Run recipes/finetune.py in a subprocess (one process, or two CPU processes with accelerate launch)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+RECIPE = ROOT / "recipes" / "finetune.py"
+TINY = ROOT / "configs" / "experiments" / "tiny_native.yaml"
+#: small and fast: 30 documents per type (~180 blocks of 64 byte tokens), batch 4, an eval every 4 steps
+FAST = ["data.train=30", "data.validation=4", "data.eval_blocks=2", "train.batch_size=4", "train.log_every=1",
+        "logging.progress=false"]
+
+
+def env() -> dict:
+    e = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1")
+    e["PYTHONPATH"] = str(ROOT) + os.pathsep + e.get("PYTHONPATH", "")
+    return e
+
+
+def recipe_cmd(config: Path, out: Path, *overrides: str, resume: bool = False) -> list[str]:
+    cmd = [sys.executable, str(RECIPE), "--config", str(config), f"output_dir={out}", *FAST, *overrides]
+    return cmd + (["--resume"] if resume else [])
+
+
+def run_recipe(config: Path, out: Path, *overrides: str, resume: bool = False, check: bool = True,
+               timeout: int = 300) -> subprocess.CompletedProcess:
+    proc = subprocess.run(recipe_cmd(config, out, *overrides, resume=resume), cwd=ROOT, env=env(),
+                          capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"recipe failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
+    return proc
+
+
+def losses(out: Path) -> dict[int, float]:
+    from hf_trajpe.training.tracking import read_metrics
+
+    return {r["step"]: r["train/loss"] for r in read_metrics(out) if "train/loss" in r}
+
+
+def rank_summary(out: Path, rank: int = 0) -> dict:
+    return json.loads((out / "ranks" / f"rank_{rank}.json").read_text())

@@ -1,0 +1,52 @@
+"""The data order is a function of (seed, micro-batch index, rank, world size): resumable exactly."""
+
+from __future__ import annotations
+
+import itertools
+
+import torch
+
+from hf_trajpe.training.data import batch_indices, iterate_batches, mask_tokens
+
+
+def take(it, n):
+    return list(itertools.islice(it, n))
+
+
+def test_resumed_iteration_equals_the_uninterrupted_one_across_epochs():
+    train = torch.arange(50 * 3).view(50, 3)
+    full = take(iterate_batches(train, 4, 0, 1, seed=5), 30)  # 12 batches per epoch: crosses two epochs
+    for start in (0, 7, 12, 25):
+        resumed = take(iterate_batches(train, 4, 0, 1, seed=5, start=start), 30 - start)
+        assert [k for k, _ in resumed] == list(range(start, 30))
+        assert all(torch.equal(a[1], b[1]) for a, b in zip(full[start:], resumed, strict=True))
+    assert not torch.equal(full[0][1], take(iterate_batches(train, 4, 0, 1, seed=6), 1)[0][1])
+
+
+def test_ranks_get_disjoint_blocks_within_an_epoch():
+    n, b, world = 40, 3, 2
+    per = n // (b * world)
+    seen = [torch.cat([batch_indices(k, n, b, r, world, seed=0) for k in range(per)]) for r in range(world)]
+    both = torch.cat(seen)
+    assert len(set(both.tolist())) == len(both) == per * b * world
+    assert torch.equal(batch_indices(per, n, b, 0, world, 0), batch_indices(per, n, b, 0, world, 0))
+
+
+def test_mlm_masking_is_deterministic_and_skips_special_tokens():
+    class Tok:
+        all_special_ids = [0, 1, 2]
+        mask_token_id = 3
+
+        def __len__(self):
+            return 100
+
+    ids = torch.randint(4, 100, (4, 32))
+    ids[:, 0], ids[:, -1] = 1, 2
+    a, la = mask_tokens(ids, Tok(), 0.3, seed=11)
+    b, lb = mask_tokens(ids, Tok(), 0.3, seed=11)
+    assert torch.equal(a, b) and torch.equal(la, lb)
+    assert not torch.equal(la, mask_tokens(ids, Tok(), 0.3, seed=12)[1])
+    chosen = la != -100
+    assert chosen.any() and not chosen[:, 0].any() and not chosen[:, -1].any()
+    assert torch.equal(la[chosen], ids[chosen]) and torch.equal(a[~chosen], ids[~chosen])
+    assert (a[chosen] == 3).float().mean() > 0.5
