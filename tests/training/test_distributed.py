@@ -55,7 +55,9 @@ def test_two_cpu_processes_agree_and_the_checkpoint_reloads(tmp_path):
     launch_two(split, *TRAJ, resume=True)
     a, b = losses(out), losses(split)
     assert sorted(a) == list(range(1, 7)) and sorted(b) == sorted(a)
-    assert max(abs(a[k] - b[k]) for k in a) <= 1e-6
+    diff = max(abs(a[k] - b[k]) for k in a)
+    print(f"two processes, resumed at step 3 of 6: max |loss difference| = {diff:.3g}")
+    assert diff <= 1e-6
 
 
 def test_patched_model_trains_under_fsdp2_like_a_single_process(tmp_path):
