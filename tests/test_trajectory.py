@@ -178,5 +178,6 @@ def test_monitor_statistics():
     d2 = (p[:, 2:] - 2 * p[:, 1:-1] + p[:, :-2]).abs().mean().item()
     assert stats["smoothness"] == pytest.approx(d2, rel=1e-6)
     with monitor.timed(tokens=40):
-        pass
-    assert monitor.as_dict()["encode_seconds"] >= 0
+        trajectory_positions(emb)
+    assert monitor.timed_calls == 1 and monitor.timed_tokens == 40
+    assert monitor.as_dict()["encode_seconds_per_call"] == monitor.as_dict()["encode_seconds"] > 0
