@@ -24,7 +24,11 @@ def _command_modules() -> list:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hf-trajpe", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="hf-trajpe",
+        description="Swap, fine-tune and measure positional encodings of Hugging Face transformers models. "
+        "Fine-tuning runs through `accelerate launch recipes/finetune.py` (see README).",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for mod in _command_modules():
         p = sub.add_parser(mod.NAME, help=mod.HELP, description=mod.HELP)
