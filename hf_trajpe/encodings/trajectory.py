@@ -184,7 +184,8 @@ def trajectory_positions(
         return positions
     any_real = real.any(dim=1)
     last_idx = torch.where(real, torch.arange(n, device=device), -1).max(dim=1).values.clamp(min=0)
-    last_emb = emb.float()[torch.arange(b, device=device), last_idx]
+    # x is the float32 copy already made (shifted by one column when a past was prepended)
+    last_emb = x[torch.arange(b, device=device), last_idx + (1 if past is not None else 0)]
     total_real = real.sum(dim=1)
     final_disp = torch.where(bad, 0.0, disp[:, -1]) if n else torch.zeros(b, dtype=acc, device=device)
     if past is not None:

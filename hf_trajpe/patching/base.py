@@ -409,24 +409,35 @@ def _eager_with_state(module, query, key, value, attention_mask, **kwargs):
     return st.eager_fn(module, query, key, value, attention_mask, **kwargs)
 
 
-def _sdpa_with_state(module, query, key, value, attention_mask, **kwargs):
+def _with_position_bias(load_stock: Callable[[], Callable]) -> Callable:
+    """An attention function that rotates q/k and passes the ALiBi bias as ``position_bias`` to a stock
+    one (sdpa, flex); modules we did not patch go straight to the stock function."""
+
+    def attention(module, query, key, value, attention_mask, **kwargs):
+        stock = load_stock()
+        st: PatchState | None = module.__dict__.get(_STATE_ATTR)
+        if st is None:
+            return stock(module, query, key, value, attention_mask, **kwargs)
+        query, key, bias = st.attention_inputs(query, key)
+        return stock(module, query, key, value, attention_mask, position_bias=bias, **kwargs)
+
+    return attention
+
+
+def _load_sdpa() -> Callable:
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    st: PatchState | None = module.__dict__.get(_STATE_ATTR)
-    if st is None:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
-    query, key, bias = st.attention_inputs(query, key)
-    return sdpa_attention_forward(module, query, key, value, attention_mask, position_bias=bias, **kwargs)
+    return sdpa_attention_forward
 
 
-def _flex_with_state(module, query, key, value, attention_mask, **kwargs):
+def _load_flex() -> Callable:
     from transformers.integrations.flex_attention import flex_attention_forward
 
-    st: PatchState | None = module.__dict__.get(_STATE_ATTR)
-    if st is None:
-        return flex_attention_forward(module, query, key, value, attention_mask, **kwargs)
-    query, key, bias = st.attention_inputs(query, key)
-    return flex_attention_forward(module, query, key, value, attention_mask, position_bias=bias, **kwargs)
+    return flex_attention_forward
+
+
+_sdpa_with_state = _with_position_bias(_load_sdpa)
+_flex_with_state = _with_position_bias(_load_flex)
 
 
 def _eager_passthrough(module, query, key, value, attention_mask, **kwargs):
