@@ -7,6 +7,7 @@ process is untouched. Every change is recorded in the handle and undone by ``unp
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Callable
 
@@ -43,6 +44,8 @@ class PatchHandle:
     - ``config``: the :class:`PatchConfig` in force; ``state``: the ``nn.Module`` attached to the
       model as ``model.hf_trajpe`` (holds the strength; ``state.strength.value`` reads alpha).
     - ``set_texts(texts)``: the raw texts of the next batches, for ``strength="auto"``.
+    - ``set_tokenizer(tokenizer)``: for ``strength="auto"``, decode each batch's ``input_ids`` to
+      detect its content type (no ``set_texts`` needed; decoding steps reuse the prompt's strength).
     """
 
     def __init__(self, model: nn.Module, config: PatchConfig, state: PatchState) -> None:
@@ -54,6 +57,13 @@ class PatchHandle:
 
     def set_texts(self, texts: list[str] | None) -> None:
         self.state.texts = None if texts is None else list(texts)
+
+    def set_tokenizer(self, tokenizer) -> None:
+        """Detect the content type of each batch from its decoded ``input_ids`` (``strength="auto"``).
+        Texts given with :meth:`set_texts` take precedence; ``None`` turns decoding off."""
+        if tokenizer is not None and not hasattr(tokenizer, "batch_decode"):
+            raise TypeError(f"set_tokenizer needs a transformers tokenizer (with batch_decode), got {type(tokenizer)}")
+        self.state.tokenizer = tokenizer
 
     @property
     def monitor(self) -> TrajectoryMonitor | None:
@@ -108,6 +118,17 @@ def get_handle(model: nn.Module) -> PatchHandle | None:
     return _target(model).__dict__.get(_HANDLE_ATTR)
 
 
+def embedding_matched_scale(model: nn.Module) -> float:
+    """The sinusoid amplitude whose RMS equals the RMS of the token embedding matrix.
+
+    An interleaved unit sinusoid has RMS ``1/sqrt(2)`` over its width, hence the ``sqrt(2)``."""
+    weight = model.get_input_embeddings().weight.detach()
+    rms = weight.float().pow(2).mean().sqrt().item()
+    if not math.isfinite(rms) or rms <= 0:
+        raise ValueError(f"cannot match the sinusoid to token embeddings of RMS {rms}; pass a number as sinusoid_scale")
+    return math.sqrt(2.0) * rms
+
+
 def patch(model: nn.Module, encoding: str | PatchConfig = "native", **options) -> PatchHandle:
     """Swap the positional encoding of ``model`` in place; returns a :class:`PatchHandle`.
 
@@ -142,6 +163,8 @@ def patch(model: nn.Module, encoding: str | PatchConfig = "native", **options) -
             f"{', '.join(family.trajectory_bases)}"
         )
     base = model.base_model
+    if config.sinusoid_scale == "embeddings":
+        config = dataclasses.replace(config, sinusoid_scale=embedding_matched_scale(model))
     state = PatchState(config, family, model.config, base)
     param = next(model.parameters(), None)
     if param is not None:

@@ -35,7 +35,7 @@ from ..encodings.interpolation import interpolate_rows
 from ..encodings.rotary import apply_rotary, rotary_cos_sin, rotary_inv_freq
 from ..encodings.sinusoidal import SinusoidalTable, sinusoidal_encoding
 from ..encodings.trajectory import TrajectoryPast, trajectory_positions
-from ..strength import make_strength
+from ..strength import AutoStrength, make_strength
 from .config import PatchConfig
 
 __all__ = ["FamilyAdapter", "PatchState", "PatchedPositionTable", "PatchedRotary", "ATTENTION_NAMES"]
@@ -219,6 +219,9 @@ class PatchState(nn.Module):
             DisplacementCache(config.cache_size) if (self.trajectory and config.cache) else None
         )
         self.texts: list[str] | None = None
+        #: a tokenizer that turns input_ids into texts for strength="auto" (PatchHandle.set_tokenizer)
+        self.tokenizer = None
+        self._auto_alpha: torch.Tensor | None = None
         #: a TrajectoryMonitor (SPEC section 5) or None; set with ``PatchHandle.attach_monitor``
         self.monitor = None
         self.step: _Step | None = None
@@ -305,7 +308,7 @@ class PatchState(nn.Module):
 
     def _trajectory_positions(self, embeddings, input_ids, mask, memory, use_cache):
         b = embeddings.shape[0]
-        alpha = self.strength(b, self.texts)
+        alpha = self._alpha(b, input_ids, memory)
         kwargs = dict(beta=self.config.beta, max_positions=self.max_positions, detach=self.config.detach,
                       monitor=self.monitor)
         if (
@@ -326,6 +329,18 @@ class PatchState(nn.Module):
             **kwargs,
         )
 
+    def _alpha(self, b: int, input_ids, memory) -> torch.Tensor:
+        texts = self.texts
+        if texts is None and self.tokenizer is not None and isinstance(self.strength, AutoStrength):
+            if memory is not None and self._auto_alpha is not None and self._auto_alpha.numel() in (1, b):
+                return self._auto_alpha  # a decoding step: one new token says nothing about the content
+            if input_ids is not None:
+                texts = self.tokenizer.batch_decode(input_ids, skip_special_tokens=True)
+        alpha = self.strength(b, texts)
+        if isinstance(self.strength, AutoStrength):
+            self._auto_alpha = alpha
+        return alpha
+
     _embedding_weight: torch.Tensor | None = None
 
     # -- what the replacement modules and attention functions read ---------------------------------
@@ -343,8 +358,11 @@ class PatchState(nn.Module):
 
     def sinusoidal(self, p: torch.Tensor) -> torch.Tensor:
         if self.trajectory and self.interp != "exact":
-            return self.sin_table(p, self.interp)
-        return sinusoidal_encoding(p, self.width)
+            pe = self.sin_table(p, self.interp)
+        else:
+            pe = sinusoidal_encoding(p, self.width)
+        scale = self.config.sinusoid_scale
+        return pe if scale == 1.0 else pe * scale
 
     def rope_cos_sin(self, positions, inv_freq, attention_scaling, dtype):
         """RoPE ``cos``/``sin`` ``[b, n, r]``, exact or read from a table of integer positions."""

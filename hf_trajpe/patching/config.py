@@ -48,6 +48,10 @@ class PatchConfig:
       ``rope``/``alibi``/``sinusoidal``/``none`` past its original table.
     - ``rope_theta``: base of the rotary frequencies when ``rope`` is put on a model that has none
       (models with their own rotary module keep their own frequencies).
+    - ``sinusoid_scale``: amplitude of the added sinusoid (``sinusoidal``, or ``trajectory`` on it).
+      ``1.0`` is the unit sinusoid of SPEC section 2. ``"embeddings"`` matches the RMS of the
+      model's token embeddings at patch time (resolved to a number then, so a saved patch reloads
+      with the same scale): a unit sinusoid drowns token embeddings of std 0.02 (GPT-2's init).
     """
 
     encoding: str
@@ -61,6 +65,7 @@ class PatchConfig:
     cache_size: int = 10_000
     max_positions: int | None = None
     rope_theta: float = 10000.0
+    sinusoid_scale: float | str = 1.0
     version: int = field(default=FORMAT_VERSION, repr=False)
 
     def __post_init__(self) -> None:
@@ -113,6 +118,21 @@ class PatchConfig:
             raise ValueError(f"max_positions must be a positive integer or None, got {self.max_positions!r}")
         if not (isinstance(self.rope_theta, (int, float)) and self.rope_theta > 1):
             raise ValueError(f"rope_theta must be a number > 1, got {self.rope_theta!r}")
+        if isinstance(self.sinusoid_scale, str):
+            if self.sinusoid_scale != "embeddings":
+                raise ValueError(f"sinusoid_scale must be a number > 0 or 'embeddings', got {self.sinusoid_scale!r}")
+        elif isinstance(self.sinusoid_scale, bool) or not isinstance(self.sinusoid_scale, (int, float)) or not (
+            math.isfinite(self.sinusoid_scale) and self.sinusoid_scale > 0
+        ):
+            raise ValueError(f"sinusoid_scale must be a number > 0 or 'embeddings', got {self.sinusoid_scale!r}")
+        else:
+            self.sinusoid_scale = float(self.sinusoid_scale)
+        on_sinusoid = self.encoding == "sinusoidal" or (self.encoding == "trajectory" and self.base == "sinusoidal")
+        if self.sinusoid_scale != 1.0 and not on_sinusoid:
+            raise ValueError(
+                "sinusoid_scale applies only to encoding='sinusoidal' or trajectory with base='sinusoidal', "
+                f"not {self.encoding!r}" + (f" on {self.base!r}" if self.base else "")
+            )
         for name in ("learnable_strength", "detach", "cache"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
