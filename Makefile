@@ -11,7 +11,7 @@ export TOKENIZERS_PARALLELISM ?= false
 install: .installed
 
 run: .installed
-	$(PYTHON) -m hf_trajpe demo --out outputs/demo
+	$(PYTHON) -m hf_trajpe study --config configs/study/default.yaml --quick
 
 test: .installed
 	$(PYTHON) -m pytest -m "not slow" -q

@@ -1,0 +1,159 @@
+"""The study's YAML (``configs/study/*.yaml``) as typed dataclasses, checked before anything trains.
+
+Reuses the experiment config's parser (unknown keys fail naming the closest valid one; dotted
+``key=value`` overrides). A ``quick:`` list of overrides inside the file is the ``--quick`` profile.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..training.config import ConfigError, _from_dict, apply_overrides
+
+__all__ = ["StudyConfig", "load_study_config", "patch_options", "NATIVE"]
+
+#: the encoding name in ``encodings`` that means "the model as built, not patched"
+NATIVE = "native"
+
+
+@dataclass
+class StudyData:
+    train: int = 600  # train documents per content type
+    test: int = 200  # test documents per content type
+    seed: int = 0
+    block_size: int = 128
+
+
+@dataclass
+class StudyTrain:
+    steps: int = 600
+    batch_size: int = 16
+    lr: float = 3e-3
+    weight_decay: float = 0.01
+    warmup_steps: int = 30
+    max_grad_norm: float = 1.0
+    log_every: int = 25
+
+
+@dataclass
+class StudyEval:
+    length_multipliers: list[int] = field(default_factory=lambda: [1, 2, 4])
+    max_sequences: int = 24  # test blocks per type at the longest length
+    n_resamples: int = 2000
+    level: float = 0.95
+    batch_size: int = 16
+
+
+@dataclass
+class StudySweep:
+    """Trajectory at several fixed strengths, compared with strength 0 (which is ``base`` exactly)."""
+
+    encoding: dict = field(default_factory=dict)  # patch options without the strength
+    strengths: list[float] = field(default_factory=lambda: [0.0, 0.1, 0.2, 0.3, 0.5])
+    seeds: list[int] | None = None  # None: the study's seeds
+
+
+@dataclass
+class StudyConfig:
+    name: str
+    model: dict  # a transformers config: model_type and its fields
+    encodings: dict  # name -> patch options ({"encoding": "native"} for the unpatched model)
+    baseline: str
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    output_dir: str = "runs/study"
+    report_dir: str = "outputs/study"
+    tokenizer: str = "byte"
+    workers: int = 2  # training processes at once (one thread each)
+    data: StudyData = field(default_factory=StudyData)
+    train: StudyTrain = field(default_factory=StudyTrain)
+    eval: StudyEval = field(default_factory=StudyEval)
+    sweep: StudySweep | None = None
+    trajectory_pairs: dict = field(default_factory=dict)  # trajectory name -> the encoding it runs on
+    quick: list[str] = field(default_factory=list)  # the --quick profile: dotted overrides
+
+    def validate(self) -> StudyConfig:
+        from ..patching import PatchConfig
+
+        if not self.encodings:
+            raise ConfigError("encodings: at least one encoding is needed")
+        for name, opts in self.encodings.items():
+            if not isinstance(opts, dict) or "encoding" not in opts:
+                raise ConfigError(f"encodings.{name}: expected a mapping with an 'encoding' key, got {opts!r}")
+            try:
+                PatchConfig(**opts)
+            except (TypeError, ValueError) as err:
+                raise ConfigError(f"encodings.{name}: {err}") from None
+        if self.baseline not in self.encodings:
+            raise ConfigError(f"baseline {self.baseline!r} is not one of the encodings {list(self.encodings)}")
+        for traj, base in self.trajectory_pairs.items():
+            for n in (traj, base):
+                if n not in self.encodings:
+                    raise ConfigError(f"trajectory_pairs: {n!r} is not one of the encodings {list(self.encodings)}")
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise ConfigError(f"seeds: a non-empty list of distinct integers, got {self.seeds}")
+        if "model_type" not in self.model:
+            raise ConfigError("model: a transformers config needs 'model_type' (e.g. gpt2)")
+        if self.workers < 1:
+            raise ConfigError(f"workers must be >= 1, got {self.workers}")
+        for key in ("steps", "batch_size"):
+            if getattr(self.train, key) < 1:
+                raise ConfigError(f"train.{key} must be >= 1, got {getattr(self.train, key)}")
+        if self.eval.max_sequences < 1 or not self.eval.length_multipliers:
+            raise ConfigError("eval: max_sequences >= 1 and at least one length multiplier are needed")
+        if self.sweep is not None:
+            if "strength" in self.sweep.encoding:
+                raise ConfigError("sweep.encoding: leave 'strength' out, it comes from sweep.strengths")
+            for s in self.sweep.strengths:
+                try:
+                    PatchConfig(**{**self.sweep.encoding, "strength": s})
+                except (TypeError, ValueError) as err:
+                    raise ConfigError(f"sweep (strength {s}): {err}") from None
+            if 0.0 not in self.sweep.strengths:
+                raise ConfigError("sweep.strengths must include 0 (the reference every strength is compared with)")
+        return self
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def fingerprint(self) -> str:
+        """What decides the trained models (not the report or evaluation settings): a resumed study
+        reuses finished models only when this matches."""
+        d = self.to_dict()
+        keep = {k: d[k] for k in ("model", "tokenizer", "data", "train")}
+        return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def patch_options(opts: dict) -> dict | None:
+    """The keyword arguments of ``hf_trajpe.patch`` for one encoding entry (``None``: not patched)."""
+    opts = dict(opts)
+    if opts.get("encoding") == NATIVE and len(opts) == 1:
+        return None
+    return opts
+
+
+def load_study_config(path: str | Path, quick: bool = False, overrides: list[str] | None = None) -> StudyConfig:
+    """Read a study YAML; ``quick`` applies its ``quick:`` overrides, then ``overrides``."""
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"study config {str(path)!r} does not exist (see configs/study/default.yaml)")
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a study config must be a mapping of keys, got {type(data).__name__}")
+    data = copy.deepcopy(data)
+    try:
+        if quick:
+            profile = data.get("quick") or []
+            if not profile:
+                raise ConfigError("--quick: this config has no 'quick:' list of overrides")
+            data = apply_overrides(data, list(profile))
+        data = apply_overrides(data, overrides or [])
+        return _from_dict(StudyConfig, data).validate()
+    except ConfigError as err:
+        raise ConfigError(f"{path}: {err}") from None

@@ -1,0 +1,75 @@
+"""What the study trains: one run per (encoding, seed), plus the strength sweep's extra runs.
+
+A sweep strength whose patch is the same as one of the study's encodings reuses that encoding's runs
+(strength 0 is its base encoding exactly, SPEC section 2: bit for bit, so it also trains identically).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .config import StudyConfig, patch_options
+
+__all__ = ["Run", "plan_runs", "sweep_names", "sweep_label"]
+
+_TRAJECTORY_ONLY = ("base", "strength", "learnable_strength", "beta", "interpolation", "detach", "cache",
+                    "cache_size")
+
+
+@dataclass(frozen=True)
+class Run:
+    name: str  # the model's name in the reports
+    seed: int
+    options: dict | None  # hf_trajpe.patch options; None: the stock model
+    folder: Path
+
+    @property
+    def done(self) -> bool:
+        return (self.folder / "train_summary.json").is_file()
+
+
+def sweep_label(strength: float) -> str:
+    return f"sweep_strength_{strength:g}"
+
+
+def _canonical(opts: dict | None):
+    """A comparable form of a patch; trajectory at strength 0 becomes its base encoding."""
+    from ..patching import PatchConfig
+
+    if opts is None:
+        return ("native",)
+    opts = dict(opts)
+    if opts.get("encoding") == "trajectory" and opts.get("strength", 0.2) == 0 and opts.get("base"):
+        opts = {k: v for k, v in opts.items() if k not in _TRAJECTORY_ONLY} | {"encoding": opts["base"]}
+    cfg = PatchConfig(**opts).to_dict()
+    return tuple(sorted((k, str(v)) for k, v in cfg.items()))
+
+
+def sweep_names(cfg: StudyConfig) -> dict[float, str]:
+    """``{strength: model name}``: an existing encoding's name when the patch is the same."""
+    if cfg.sweep is None:
+        return {}
+    known = {_canonical(patch_options(o)): name for name, o in cfg.encodings.items()}
+    out = {}
+    for s in cfg.sweep.strengths:
+        opts = {**cfg.sweep.encoding, "strength": s}
+        out[s] = known.get(_canonical(opts), sweep_label(s))
+    return out
+
+
+def plan_runs(cfg: StudyConfig) -> list[Run]:
+    root = Path(cfg.output_dir) / "models"
+    runs = [Run(name, seed, patch_options(opts), root / f"{name}_s{seed}")
+            for name, opts in cfg.encodings.items() for seed in cfg.seeds]
+    if cfg.sweep is not None:
+        seeds = cfg.sweep.seeds or cfg.seeds
+        for s, name in sweep_names(cfg).items():
+            if name in cfg.encodings:
+                missing = [seed for seed in seeds if seed not in cfg.seeds]
+                runs += [Run(name, seed, patch_options(cfg.encodings[name]), root / f"{name}_s{seed}")
+                         for seed in missing]
+                continue
+            opts = {**cfg.sweep.encoding, "strength": s}
+            runs += [Run(name, seed, opts, root / f"{name}_s{seed}") for seed in seeds]
+    return runs

@@ -1,0 +1,135 @@
+"""The study: config checks, the run plan (sweep reuse), the random-content diagnosis against exact
+values, and a tiny end-to-end study that trains, reports, and is resumed."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+import yaml
+
+from hf_trajpe.study import load_study_config, run_study
+from hf_trajpe.study.control import random_control
+from hf_trajpe.study.report import best_strength
+from hf_trajpe.study.runs import plan_runs, sweep_names
+from hf_trajpe.training.config import ConfigError
+
+DEFAULT = "configs/study/default.yaml"
+
+
+def test_default_config_and_quick_profile_are_valid():
+    full = load_study_config(DEFAULT)
+    quick = load_study_config(DEFAULT, quick=True)
+    assert len(full.seeds) >= 3 and full.eval.length_multipliers == [1, 2, 4]
+    assert sorted(full.sweep.strengths) == [0.0, 0.1, 0.2, 0.3, 0.5]
+    assert {"learned", "sinusoidal", "rope", "alibi"} <= set(full.encodings)
+    assert quick.seeds == [0] and quick.train.steps < full.train.steps and quick.output_dir != full.output_dir
+
+
+def _write(tmp_path, data) -> str:
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def test_config_errors_name_the_key(tmp_path):
+    data = yaml.safe_load(open(DEFAULT))
+    with pytest.raises(ConfigError, match="did you mean 'steps'"):
+        load_study_config(_write(tmp_path, data), overrides=["train.stpes=3"])
+    with pytest.raises(ConfigError, match="baseline 'xpos'"):
+        load_study_config(_write(tmp_path, data), overrides=["baseline=xpos"])
+    with pytest.raises(ConfigError, match="must include 0"):
+        load_study_config(_write(tmp_path, data), overrides=["sweep.strengths=[0.1,0.2]"])
+    with pytest.raises(ConfigError, match="encodings.rope"):
+        load_study_config(_write(tmp_path, data), overrides=["encodings.rope.strength=0.3"])
+    with pytest.raises(ConfigError, match="no 'quick:'"):
+        load_study_config(_write(tmp_path, {k: v for k, v in data.items() if k != "quick"}), quick=True)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_study_config(tmp_path / "nowhere.yaml")
+
+
+def test_sweep_reuses_equal_patches_and_strength_zero_is_the_base():
+    cfg = load_study_config(DEFAULT)
+    names = sweep_names(cfg)
+    assert names[0.0] == "sinusoidal" and names[0.2] == "trajectory_sinusoidal"
+    assert names[0.1] == "sweep_strength_0.1" and names[0.5] == "sweep_strength_0.5"
+    runs = plan_runs(cfg)
+    assert len(runs) == len(cfg.encodings) * len(cfg.seeds) + 3 * len(cfg.seeds)
+    assert len({r.folder for r in runs}) == len(runs)
+
+
+class _Uniform(torch.nn.Module):
+    """Logits uniform over ``ids`` (every other token at -inf, or uniform over the vocabulary)."""
+
+    def __init__(self, vocab: int, ids=None):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(1))
+        self.logits = torch.zeros(vocab) if ids is None else torch.full((vocab,), -1e9).index_fill_(0, ids, 0.0)
+
+    def forward(self, input_ids):
+        return type("Out", (), {"logits": self.logits.expand(*input_ids.shape, -1).clone()})()
+
+
+def test_random_control_against_exact_values():
+    alphabet = torch.arange(10, 30)
+    stream = alphabet[torch.randint(0, 20, (600,), generator=torch.Generator().manual_seed(0))].tolist()
+    perfect = random_control(_Uniform(50, alphabet), stream, alphabet.tolist(), block_size=64, n_blocks=8)
+    assert perfect["floor"] == 20
+    assert perfect["perplexity"] == pytest.approx(20, rel=1e-6)
+    assert perfect["alphabet_mass"] == pytest.approx(1.0)
+    spread = random_control(_Uniform(50), stream, alphabet.tolist(), block_size=64, n_blocks=8)
+    assert spread["perplexity"] == pytest.approx(50, rel=1e-6)  # uniform over the whole vocabulary
+    assert spread["alphabet_mass"] == pytest.approx(20 / 50)
+    assert spread["perplexity_within_alphabet"] == pytest.approx(20, rel=1e-6)
+    with pytest.raises(ValueError, match="shorter than one block"):
+        random_control(_Uniform(50), stream[:10], alphabet.tolist(), block_size=64)
+
+
+def test_best_strength_needs_a_significant_gain_and_checks_the_claim():
+    d = lambda m, lo, hi: {"delta_pct": m, "ci": (lo, hi)}  # noqa: E731
+    got = best_strength({0.1: d(1.0, -0.5, 2.0), 0.3: d(3.0, 1.0, 5.0)}, "circular_patterns")
+    assert got["best"] == 0.3 and got["significant"] and got["in_claimed_range"]  # claimed 0.2-0.3
+    got = best_strength({0.1: d(4.0, 1.0, 6.0), 0.3: d(3.0, 1.0, 5.0)}, "circular_patterns")
+    assert got["best"] == 0.1 and got["in_claimed_range"] is False
+    got = best_strength({0.1: d(0.5, -1.0, 2.0)}, "linear_progression")
+    assert got["best"] == 0.0 and not got["significant"] and got["in_claimed_range"] is False
+    assert best_strength({0.1: d(0.5, -1.0, 2.0)}, "random_content")["in_claimed_range"] is True
+
+
+def test_tiny_study_end_to_end_and_resume(tmp_path):
+    overrides = [f"output_dir={tmp_path / 'runs'}", f"report_dir={tmp_path / 'report'}", "workers=1",
+                 "seeds=[0,1]", "model.n_layer=1", "model.n_embd=32", "model.n_head=2", "model.n_positions=128",
+                 "train.steps=4", "train.warmup_steps=2", "train.log_every=2", "data.train=10", "data.test=12",
+                 "data.block_size=32", "eval.max_sequences=2", "eval.n_resamples=50",
+                 "encodings={learned: {encoding: native}, sinusoidal: {encoding: sinusoidal, sinusoid_scale: "
+                 "embeddings}, trajectory_auto: {encoding: trajectory, base: sinusoidal, strength: auto, "
+                 "sinusoid_scale: embeddings}}",
+                 "trajectory_pairs={trajectory_auto: sinusoidal}", "sweep.strengths=[0.0,0.3]"]
+    cfg = load_study_config(DEFAULT, overrides=overrides)
+    paths = run_study(cfg, command="test", progress=False, log=lambda m: None)
+    for key in ("json", "markdown", "delta_png", "length_png", "sweep_png", "study_json", "study_md"):
+        assert paths[key].is_file(), key
+    study = json.loads(paths["study_json"].read_text())
+    assert set(study["sweep"]["models"].values()) == {"sinusoidal", "sweep_strength_0.3"}
+    assert set(study["trajectory_effect"]) == {"trajectory_auto"}
+    assert len(study["training"]) == 8  # 3 encodings x 2 seeds + the 0.3 sweep x 2 seeds
+    assert {c["floor"] for c in study["random_control"].values()} == {95}
+    eff = study["trajectory_effect"]["trajectory_auto"]["deltas"]["random_content"]
+    assert set(eff) == {"32", "64", "128"} and all(math.isfinite(v["delta_pct"]) for v in eff.values())
+    md = paths["study_md"].read_text()
+    assert "## Strength sweep" in md and "random-content control" in md and "Verdict on the control" in md
+    sessions = (tmp_path / "runs" / "training_sessions.jsonl").read_text().splitlines()
+    assert len(sessions) == 1 and json.loads(sessions[0])["models"] == 8
+
+    # run again: every model is reused, nothing trains, the report is rewritten
+    before = {p: p.stat().st_mtime_ns for p in (tmp_path / "runs" / "models").glob("*/model.safetensors")}
+    run_study(cfg, command="test", progress=False, log=lambda m: None)
+    assert {p: p.stat().st_mtime_ns for p in before} == before
+    assert len((tmp_path / "runs" / "training_sessions.jsonl").read_text().splitlines()) == 1
+
+    # other training settings in the same output_dir are refused, not mixed in
+    changed = load_study_config(DEFAULT, overrides=overrides + ["train.steps=5"])
+    with pytest.raises(FileExistsError, match="different model/data/training settings"):
+        run_study(changed, progress=False, log=lambda m: None)
