@@ -29,15 +29,3 @@ def test_demo_writes_plot_and_table(tmp_path):
     table = (tmp_path / "demo.md").read_text()
     assert "| # | token | step | displacement | position |" in table
     assert "tiny GPT-2" in table
-
-
-def test_bench_encoding_smoke(tmp_path, capsys):
-    out = tmp_path / "bench.json"
-    assert main(["bench", "encoding", "--batch", "1", "--seq", "32", "--dim", "16", "--repeats", "1",
-                 "--out", str(out)]) == 0
-    import json
-
-    result = json.loads(out.read_text())[0]
-    assert result["ratio_vs_lookup"]["table lookup (baseline)"] == 1.0
-    assert set(result["seconds"]) >= {"trajectory + sinusoidal exact", "trajectory positions only"}
-    assert "ratio vs lookup" in capsys.readouterr().out

@@ -1,42 +1,78 @@
-"""``hf-trajpe bench``: benchmarks that print ratios measured side by side in one run."""
+"""``hf-trajpe bench``: benchmarks that report ratios measured side by side in one run."""
 
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 NAME = "bench"
-HELP = "benchmarks (ratios measured side by side): encoding"
+HELP = ("benchmarks, patched against stock, every figure a ratio measured side by side: "
+        "encoding, models, decode, memory, alibi, all")
+_WHAT = ("encoding", "models", "decode", "memory", "alibi", "all")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("what", choices=["encoding"], help="which benchmark")
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--seq", type=int, nargs="+", default=[2048], help="sequence length(s)")
-    p.add_argument("--dim", type=int, default=768)
-    p.add_argument("--repeats", type=int, default=7, help="interleaved rounds; medians are reported")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--out", default=None, help="write JSON here as well")
+    p.add_argument("what", choices=_WHAT,
+                   help="encoding: trajectory positions + encoding vs a table lookup; models: forward and "
+                        "training step per encoding; decode: greedy generate() with the KV cache; memory: peak "
+                        "memory of a training step; alibi: ALiBi at 4,096 tokens vs stock SDPA; all: everything")
+    p.add_argument("--size", default="default", choices=("tiny", "default"),
+                   help="default: the issue's shapes (GPT-2 small, a 4-layer Llama, 512 tokens); tiny: a few "
+                        "seconds, for the smoke test (default: %(default)s)")
+    p.add_argument("--models", nargs="+", default=["gpt2", "llama"], choices=("gpt2", "llama"),
+                   help="models for models/decode/memory (default: both)")
+    p.add_argument("--repeats", type=int, default=None,
+                   help="paired rounds (interleaved rounds for encoding); default: per benchmark and size")
+    p.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default: %(default)s)")
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    p.add_argument("--out", default=None, help="folder for bench.json and bench.md")
+    enc = p.add_argument_group("encoding only (override the size)")
+    enc.add_argument("--batch", type=int, default=None)
+    enc.add_argument("--seq", type=int, nargs="+", default=None, help="sequence length(s)")
+    enc.add_argument("--dim", type=int, default=None)
 
 
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from ..benchmarks.encoding import bench_encoding
+    if args.repeats is not None and args.repeats < 1:
+        raise ValueError(f"--repeats must be at least 1, got {args.repeats}")
+    device = args.device
+    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {device}: this torch build sees no CUDA device; use --device cpu")
+    threads = torch.get_num_threads()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    try:
+        return _run(args, device)
+    finally:
+        torch.set_num_threads(threads)  # in-process callers (tests) keep their setting
 
-    results = []
-    for seq in args.seq:
-        r = bench_encoding(args.batch, seq, args.dim, args.repeats, args.device)
-        results.append(r)
-        shape = r["shape"]
-        print(f"\nencoding benchmark: batch {shape['batch']} x {shape['seq']} tokens, width {shape['dim']}, "
-              f"{shape['device']}, torch {torch.__version__}, {torch.get_num_threads()} threads, "
-              f"median of {r['repeats']} interleaved rounds")
-        print("| variant | median ms | ratio vs lookup |\n|---|---:|---:|")
-        for name, sec in r["seconds"].items():
-            print(f"| {name} | {sec * 1e3:.2f} | {r['ratio_vs_lookup'][name]:.2f} |")
+
+def _run(args: argparse.Namespace, device: str) -> int:
+    import dataclasses
+    import json
+
+    from ..benchmarks.report import to_markdown
+    from ..benchmarks.setup import SIZES, parse_dtype
+    from ..benchmarks.suite import BENCHMARKS, run_benchmarks
+
+    size = SIZES[args.size]
+    overrides = {k: v for k, v in (("encoding_batch", args.batch), ("encoding_dim", args.dim),
+                                   ("encoding_seqs", tuple(args.seq) if args.seq else None)) if v}
+    if overrides:
+        size = dataclasses.replace(size, **overrides)
+    which = BENCHMARKS if args.what == "all" else (args.what,)
+    result = run_benchmarks(size, which, tuple(args.models), device, parse_dtype(args.dtype), args.repeats,
+                            progress=lambda msg: print(msg, flush=True))
+    md = to_markdown(result)
+    print()
+    print(md)
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(results, indent=2))
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "bench.json").write_text(json.dumps(result, indent=2) + "\n")
+        (out / "bench.md").write_text(md)
+        print(f"wrote {out / 'bench.json'} and {out / 'bench.md'}")
     return 0

@@ -1,0 +1,138 @@
+"""Markdown for a benchmark result (the JSON holds the same figures, unrounded)."""
+
+from __future__ import annotations
+
+__all__ = ["to_markdown"]
+
+
+def _mb(n: float) -> str:
+    return f"{n / 2**20:,.1f}"
+
+
+def _cfg(c: dict) -> str:
+    return (f"{c['model_type']}, {c['layers']} layers, {c['width']} wide, {c['heads']} heads, vocab {c['vocab']}, "
+            f"{c['parameters'] / 1e6:.1f}M parameters, {c['attention']}")
+
+
+def _meta(meta: dict) -> list[str]:
+    lines = ["| | |", "|---|---|"]
+    keys = ("date_utc", "size", "device", "gpu", "dtype", "cpu", "cpu_count", "torch_threads", "torch", "cuda",
+            "transformers", "hf_trajpe", "python", "platform", "load_average", "load_average_end", "wall_s")
+    for k in keys:
+        if k in meta:
+            v = meta[k]
+            if isinstance(v, list):
+                v = ", ".join(f"{x:.2f}" for x in v)
+            lines.append(f"| {k} | {v} |")
+    return lines
+
+
+def _targets(rows: list[dict]) -> list[str]:
+    out = ["| target | model / shape | encoding | measured | limit | verdict | base encoding alone |",
+           "|---|---|---|---:|---:|---|---|"]
+    for r in rows:
+        base = f"{r['base_encoding']}: {r['base_measured']:.3f}" if r.get("base_measured") is not None else ""
+        out.append(f"| {r['what']} | {r['where']} | {r['variant']} | {r['measured']:.3f} | {r['limit']:.2f} | "
+                   f"{'met' if r['met'] else '**missed**'} | {base} |")
+    return out
+
+
+def _timing_table(res: dict, key: str, unit: str = "s") -> list[str]:
+    out = [f"| encoding | median {unit} | ratio of medians | paired ratio |", "|---|---:|---:|---:|",
+           f"| stock | {res['stock'][key]:.4f} | 1.000 | |"]
+    for label, figs in res["variants"].items():
+        f = figs[key]
+        out.append(f"| {label} | {f['median']:.4f} | {f['ratio_of_medians']:.3f} | {f['paired_ratio']:.3f} |")
+    return out
+
+
+def _encoding(res: dict) -> list[str]:
+    out = []
+    for run in res["runs"]:
+        s = run["shape"]
+        out += ["", f"Batch {s['batch']} x {s['seq']} tokens, width {s['dim']}, {s['dtype']}, median of "
+                f"{run['repeats']} interleaved rounds:", "",
+                "| variant | median ms | ratio vs lookup |", "|---|---:|---:|"]
+        for name, sec in run["seconds"].items():
+            out.append(f"| {name} | {sec * 1e3:.3f} | {run['ratio_vs_lookup'][name]:.2f} |")
+    return out
+
+
+def _models(res: dict) -> list[str]:
+    out = []
+    for family, r in res["models"].items():
+        out += ["", f"**{family}** ({_cfg(r['config'])}), batch {res['batch']} x {res['tokens']} tokens, "
+                f"{res['repeats']} paired rounds.", "", "Forward (no grad):", ""]
+        out += _timing_table(r["forward"], "seconds")
+        out += ["", "Training step (forward with LM loss + backward):", ""]
+        out += _timing_table(r["train_step"], "seconds")
+    return out
+
+
+def _decode(res: dict) -> list[str]:
+    out = []
+    new = res["new_tokens"]
+    for family, r in res["models"].items():
+        st = r["stock"]
+        out += ["", f"**{family}**: greedy `generate()`, KV cache, prompt {res['prompt_tokens']} tokens, {new} new "
+                f"tokens, batch {res['batch']}, {res['repeats']} paired rounds.", "",
+                "| encoding | tokens/s | per-token ms | per-token ratio (paired) | generate ratio (paired) |",
+                "|---|---:|---:|---:|---:|",
+                f"| stock | {new / st['generate_s']:.1f} | {st['per_token_s'] * 1e3:.2f} | | |"]
+        for label, figs in r["variants"].items():
+            g, p = figs["generate_s"], figs["per_token_s"]
+            out.append(f"| {label} | {new / g['median']:.1f} | {p['median'] * 1e3:.2f} | {p['paired_ratio']:.3f} | "
+                       f"{g['paired_ratio']:.3f} |")
+    return out
+
+
+def _memory_rows(stock: dict, rows: dict) -> list[str]:
+    out = ["| encoding | step peak MiB | total peak MiB | step ratio | total ratio |", "|---|---:|---:|---:|---:|",
+           f"| stock | {_mb(stock['step_peak_bytes'])} | {_mb(stock['total_peak_bytes'])} | | |"]
+    for label, m in rows.items():
+        out.append(f"| {label} | {_mb(m['step_peak_bytes'])} | {_mb(m['total_peak_bytes'])} | "
+                   f"{m['step_ratio']:.3f} | {m['total_ratio']:.3f} |")
+    return out
+
+
+def _memory(res: dict) -> list[str]:
+    out = []
+    for family, r in res["models"].items():
+        out += ["", f"**{family}**: training step (forward with LM loss + backward), batch {res['batch']} x "
+                f"{res['tokens']} tokens. Step peak: allocated during the step; total: plus weights.", ""]
+        out += _memory_rows(r["stock"], r["variants"])
+    return out
+
+
+def _alibi(res: dict) -> list[str]:
+    out = ["", f"{_cfg(res['config'])}, batch {res['batch']} x {res['tokens']} tokens; stock: RoPE + causal SDPA.",
+           "", f"Forward time, {res['repeats']} paired rounds:", ""]
+    out += _timing_table(res["forward"], "seconds")
+    for what, rows in res["memory"].items():
+        rows = dict(rows)
+        stock = rows.pop("stock")
+        out += ["", f"Peak memory, {what.replace('_', ' ')}:", ""]
+        out += _memory_rows(stock, rows)
+    return out
+
+
+_SECTIONS = {
+    "encoding": ("Encoding only: trajectory positions + encoding against a table lookup", _encoding),
+    "models": ("Forward and training step, patched against stock", _models),
+    "decode": ("Greedy decoding with the KV cache", _decode),
+    "memory": ("Peak memory of a training step", _memory),
+    "alibi": ("ALiBi at long context against stock SDPA", _alibi),
+}
+
+
+def to_markdown(result: dict) -> str:
+    lines = ["# hf-trajpe bench", "", "Every figure is a ratio measured side by side in this run (see "
+             "docs/benchmarks.md for how to read them).", "", "## Machine", ""]
+    lines += _meta(result["meta"])
+    if result.get("targets"):
+        lines += ["", "## Targets", ""] + _targets(result["targets"])
+    for key, (title, fn) in _SECTIONS.items():
+        if key in result:
+            lines += ["", f"## {title}", ""] + [f"Wall time of this benchmark: {result[key]['wall_s']:.0f} s."]
+            lines += fn(result[key])
+    return "\n".join(lines) + "\n"

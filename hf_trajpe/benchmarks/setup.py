@@ -1,0 +1,127 @@
+"""What the model benchmarks share: sizes, the two model configs, the encodings compared, patching.
+
+Models are built from transformers configs with random weights (offline; speed and memory do not
+depend on the weights) and dropout 0 (TRAPS.md: GPT-2's default dropout dominates a CPU step).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import torch
+
+__all__ = ["Size", "SIZES", "ENCODINGS", "MODELS", "build_model", "encodings_for", "patched", "parse_dtype",
+           "random_ids"]
+
+#: every encoding compared with stock: label -> (encoding, options); strength is the default 0.2
+ENCODINGS: dict[str, tuple[str, dict]] = {
+    "native": ("native", {}),
+    "sinusoidal": ("sinusoidal", {}),
+    "rope": ("rope", {}),
+    "alibi": ("alibi", {}),
+    "none": ("none", {}),
+    "trajectory/learned": ("trajectory", {"base": "learned"}),
+    "trajectory/sinusoidal": ("trajectory", {"base": "sinusoidal"}),
+    "trajectory/rope": ("trajectory", {"base": "rope"}),
+    "trajectory/alibi": ("trajectory", {"base": "alibi"}),
+}
+#: the two models: GPT-2 (learned table) and Llama (RoPE)
+MODELS = ("gpt2", "llama")
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class Size:
+    """Shapes and repeats of one benchmark size (``tiny``: the smoke test; ``default``: the issue's)."""
+
+    name: str
+    encoding_batch: int
+    encoding_seqs: tuple[int, ...]
+    encoding_dim: int
+    gpt2: dict
+    llama: dict
+    tokens: int  # model benchmarks: batch 1 x tokens
+    decode_prompt: int
+    decode_new: int
+    alibi_tokens: int
+    repeats: dict = field(default_factory=dict)  # per benchmark: interleaved rounds
+
+
+SIZES: dict[str, Size] = {
+    "tiny": Size(
+        name="tiny", encoding_batch=1, encoding_seqs=(16, 64), encoding_dim=32,
+        gpt2=dict(n_layer=2, n_embd=64, n_head=4, n_positions=128, vocab_size=128),
+        llama=dict(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                   num_key_value_heads=2, max_position_embeddings=128, vocab_size=128),
+        tokens=32, decode_prompt=8, decode_new=4, alibi_tokens=64,
+        repeats=dict(encoding=1, models=1, decode=1, alibi=1),
+    ),
+    "default": Size(
+        name="default", encoding_batch=8, encoding_seqs=(512, 2048, 8192), encoding_dim=768,
+        # GPT-2 small: 12 layers, 768 wide, 12 heads, the real vocabulary (124M parameters)
+        gpt2=dict(n_layer=12, n_embd=768, n_head=12, n_positions=1024, vocab_size=50257),
+        # a small Llama: 4 layers, 512 wide, 8 heads (GQA, 4 key/value heads), Llama-2 vocabulary
+        llama=dict(num_hidden_layers=4, hidden_size=512, intermediate_size=1376, num_attention_heads=8,
+                   num_key_value_heads=4, max_position_embeddings=4096, vocab_size=32000),
+        tokens=512, decode_prompt=32, decode_new=32, alibi_tokens=4096,
+        repeats=dict(encoding=7, models=3, decode=3, alibi=3),
+    ),
+}
+
+
+def parse_dtype(name: str) -> torch.dtype:
+    if name not in _DTYPES:
+        raise ValueError(f"unknown dtype {name!r}; use one of {', '.join(_DTYPES)}")
+    return _DTYPES[name]
+
+
+def build_model(family: str, size: Size, device: str = "cpu", dtype: torch.dtype = torch.float32,
+                max_positions: int | None = None) -> torch.nn.Module:
+    """A causal LM of ``family`` (``gpt2``/``llama``) at ``size``, random weights, sdpa, eval mode."""
+    import transformers as T
+
+    if family == "gpt2":
+        kw = dict(size.gpt2, attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0, bos_token_id=1, eos_token_id=2,
+                  pad_token_id=0)
+        if max_positions:
+            kw["n_positions"] = max(kw["n_positions"], max_positions)
+        cfg, cls = T.GPT2Config(**kw), T.GPT2LMHeadModel
+    elif family == "llama":
+        kw = dict(size.llama, attention_dropout=0.0, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+        if max_positions:
+            kw["max_position_embeddings"] = max(kw["max_position_embeddings"], max_positions)
+        cfg, cls = T.LlamaConfig(**kw), T.LlamaForCausalLM
+    else:
+        raise ValueError(f"unknown benchmark model {family!r}; use one of {', '.join(MODELS)}")
+    torch.manual_seed(0)
+    model = cls._from_config(cfg, attn_implementation="sdpa", dtype=dtype)
+    return model.to(device).eval()
+
+
+def encodings_for(family: str) -> list[str]:
+    """Labels of :data:`ENCODINGS` the family supports (Llama has no learned table)."""
+    return [k for k in ENCODINGS if not (family != "gpt2" and k == "trajectory/learned")]
+
+
+def patched(model: torch.nn.Module) -> Callable[[str | None], contextlib.AbstractContextManager]:
+    """``context(None)``: the stock model; ``context(label)``: patched with that encoding, unpatched after."""
+
+    @contextlib.contextmanager
+    def context(label: str | None) -> Iterator[None]:
+        if label is None:
+            yield
+            return
+        import hf_trajpe
+
+        enc, opts = ENCODINGS[label]
+        with hf_trajpe.patch(model, enc, **opts):
+            yield
+
+    return context
+
+
+def random_ids(vocab: int, n: int, batch: int = 1, device: str = "cpu", seed: int = 1) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(3, vocab, (batch, n), generator=g).to(device)

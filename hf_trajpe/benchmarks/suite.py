@@ -1,0 +1,132 @@
+"""Run the benchmarks, collect one JSON-able result with the machine, and check the issue's targets.
+
+Targets (issue 6), each checked on the side-by-side figures of the same run:
+
+- a training step of a trajectory-patched model: at most 3% slower than stock (paired ratio <= 1.03);
+- per-token greedy decoding with the KV cache: at most 3% slower (paired ratio <= 1.03);
+- peak memory of a training step: at most 5% more (ratio <= 1.05, weights included);
+- trajectory positions + encoding: within 2x of a plain sinusoidal table lookup.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+
+import torch
+
+from .alibi import bench_alibi
+from .decode import bench_decode
+from .encoding import bench_encoding
+from .machine import machine_info
+from .memory import bench_memory
+from .models import bench_models
+from .setup import MODELS, Size
+
+__all__ = ["BENCHMARKS", "run_benchmarks", "check_targets", "TARGETS"]
+
+BENCHMARKS = ("encoding", "models", "decode", "memory", "alibi")
+#: name -> (limit, what it bounds)
+TARGETS = {
+    "train_step": (1.03, "training step time, trajectory / stock"),
+    "decode_per_token": (1.03, "per-token decode time (KV cache), trajectory / stock"),
+    "memory": (1.05, "peak memory of a training step, trajectory / stock"),
+    "encoding": (2.0, "trajectory positions + encoding / sinusoidal table lookup"),
+}
+#: encoding-benchmark variants the 2x target applies to (the two ways to evaluate a sinusoid)
+ENCODING_TARGET_VARIANTS = ("trajectory + sinusoidal exact", "trajectory + sinusoidal table (linear)")
+
+
+def _encoding(size: Size, device: str, dtype: torch.dtype, repeats: int | None,
+              progress: Callable[[str], None], **_) -> dict[str, object]:
+    repeats = repeats or size.repeats["encoding"]
+    runs = []
+    for seq in size.encoding_seqs:
+        progress(f"encoding: batch {size.encoding_batch} x {seq} tokens x {size.encoding_dim}, {repeats} rounds")
+        runs.append(bench_encoding(size.encoding_batch, seq, size.encoding_dim, repeats, device, dtype))
+    return {"repeats": repeats, "runs": runs}
+
+
+def run_benchmarks(
+    size: Size,
+    which: Sequence[str] = BENCHMARKS,
+    families: Sequence[str] = MODELS,
+    device: str = "cpu",
+    dtype: torch.dtype = torch.float32,
+    repeats: int | None = None,
+    progress: Callable[[str], None] = print,
+) -> dict[str, object]:
+    """Run ``which`` benchmarks at ``size``; returns ``{"meta": ..., <benchmark>: ..., "targets": [...]}``."""
+    unknown = [w for w in which if w not in BENCHMARKS]
+    if unknown:
+        raise ValueError(f"unknown benchmark(s) {unknown}; choose from {', '.join(BENCHMARKS)}")
+    start = time.perf_counter()
+    t0 = start
+
+    def tick(msg: str) -> None:
+        progress(f"[{time.perf_counter() - t0:6.0f} s] {msg}")
+
+    result: dict[str, object] = {"meta": dict(machine_info(device, dtype), size=size.name)}
+    common = dict(device=device, dtype=dtype, progress=tick)
+    for name in which:
+        b0 = time.perf_counter()
+        if name == "encoding":
+            result[name] = _encoding(size, repeats=repeats, **common)
+        elif name == "models":
+            result[name] = bench_models(size, families, repeats=repeats, **common)
+        elif name == "decode":
+            result[name] = bench_decode(size, families, repeats=repeats, **common)
+        elif name == "memory":
+            result[name] = bench_memory(size, families, **common)
+        elif name == "alibi":
+            result[name] = bench_alibi(size, repeats=repeats, **common)
+        result[name]["wall_s"] = round(time.perf_counter() - b0, 1)
+        tick(f"{name} done in {result[name]['wall_s']:.0f} s")
+    meta = result["meta"]
+    meta["wall_s"] = round(time.perf_counter() - start, 1)
+    try:
+        meta["load_average_end"] = list(os.getloadavg())
+    except OSError:
+        pass
+    result["targets"] = check_targets(result)
+    return result
+
+
+#: the encoding a trajectory variant evaluates at its positions: its own cost against stock, for context
+BASE_OF = {"trajectory/learned": "native", "trajectory/sinusoidal": "sinusoidal", "trajectory/rope": "rope",
+           "trajectory/alibi": "alibi"}
+
+
+def _row(target: str, where: str, variant: str, measured: float, base: float | None = None) -> dict[str, object]:
+    """``base``: the same figure for the variant's base encoding at integer positions (None if n/a)."""
+    limit, what = TARGETS[target]
+    return {"target": target, "what": what, "where": where, "variant": variant, "measured": measured,
+            "base_encoding": BASE_OF.get(variant), "base_measured": base, "limit": limit,
+            "met": bool(measured <= limit)}
+
+
+def check_targets(result: dict[str, object]) -> list[dict[str, object]]:
+    """One row per (target, model or length, trajectory variant) present in ``result``."""
+    rows: list[dict[str, object]] = []
+    def timed(target: str, family: str, res: dict, key: str) -> None:
+        figs = res["variants"]
+        for label in figs:
+            if label in BASE_OF:
+                base = figs.get(BASE_OF[label], {}).get(key, {}).get("paired_ratio")
+                rows.append(_row(target, family, label, figs[label][key]["paired_ratio"], base))
+
+    for family, r in result.get("models", {}).get("models", {}).items():
+        timed("train_step", family, r["train_step"], "seconds")
+    for family, r in result.get("decode", {}).get("models", {}).items():
+        timed("decode_per_token", family, r, "per_token_s")
+    for family, r in result.get("memory", {}).get("models", {}).items():
+        for label, m in r["variants"].items():
+            if label in BASE_OF:
+                base = r["variants"].get(BASE_OF[label], {}).get("total_ratio")
+                rows.append(_row("memory", family, label, m["total_ratio"], base))
+    for run in result.get("encoding", {}).get("runs", []):
+        for label in ENCODING_TARGET_VARIANTS:
+            where = f"{run['shape']['batch']} x {run['shape']['seq']} x {run['shape']['dim']}"
+            rows.append(_row("encoding", where, label, run["ratio_vs_lookup"][label]))
+    return rows
