@@ -151,6 +151,19 @@ def test_bad_strength_is_refused(bad):
         trajectory_positions(torch.randn(1, 3, 2), strength=torch.tensor([bad]))
 
 
+def test_a_strength_tensor_is_checked_again_after_an_in_place_change():
+    s = torch.tensor(0.3)
+    trajectory_positions(torch.randn(1, 3, 2), strength=s)  # checked once, then remembered
+    trajectory_positions(torch.randn(1, 3, 2), strength=s)
+    s.fill_(1.5)
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        trajectory_positions(torch.randn(1, 3, 2), strength=s)
+    with torch.inference_mode():
+        bad = torch.tensor(-1.0)
+        with pytest.raises(ValueError, match=r"\[0, 1\]"):
+            trajectory_positions(torch.randn(1, 3, 2), strength=bad)
+
+
 def test_bad_inputs_are_refused_with_clear_errors():
     with pytest.raises(TypeError, match="floating-point"):
         trajectory_positions(torch.ones(1, 3, 2, dtype=torch.long))

@@ -53,6 +53,9 @@ def check_strength_value(value: float) -> float:
     return value
 
 
+_CHECKED_VERSION = "_hf_trajpe_checked_version"
+
+
 def _strength_tensor(strength: float | torch.Tensor, batch: int, device: torch.device) -> torch.Tensor:
     """Strength as float32 ``[b, 1]``, validated."""
     if torch.is_tensor(strength):
@@ -62,9 +65,14 @@ def _strength_tensor(strength: float | torch.Tensor, batch: int, device: torch.d
                 f"a strength tensor must be a scalar or have one value per sequence ([{batch}]), "
                 f"got shape {tuple(strength.shape)}"
             )
-        ok = torch.isfinite(s) & (s >= 0) & (s <= 1)
-        if not bool(ok.all()):
-            raise ValueError(f"strength values must lie in [0, 1] (SPEC section 2), got {strength.tolist()}")
+        # the check costs a host sync per call; a tensor checked before and not modified since (same
+        # version counter: a fixed strength is the same buffer in every forward) is not checked again
+        if strength.is_inference() or getattr(strength, _CHECKED_VERSION, None) != strength._version:
+            ok = (s >= 0) & (s <= 1)  # False for NaN and +-inf too
+            if not bool(ok.all()):
+                raise ValueError(f"strength values must lie in [0, 1] (SPEC section 2), got {strength.tolist()}")
+            if not strength.is_inference():
+                setattr(strength, _CHECKED_VERSION, strength._version)
         return s.reshape(-1, 1).expand(batch, 1)
     return torch.full((batch, 1), check_strength_value(strength), dtype=torch.float32, device=device)
 
@@ -119,6 +127,8 @@ def trajectory_positions(
     acc = _accumulation_dtype(device)
 
     emb = embeddings.detach() if detach else embeddings
+    if past is not None and n == 1 and monitor is None:
+        return _decoding_step(emb, attention_mask, alpha, beta, max_positions, past, acc, return_past)
     real = (
         torch.ones(b, n, dtype=torch.bool, device=device)
         if attention_mask is None
@@ -128,9 +138,7 @@ def trajectory_positions(
     if past is not None:
         # the cached last real token acts as column -1
         x = torch.cat((past.last_embedding.to(device=device, dtype=torch.float32)[:, None], x), dim=1)
-        real_ext = torch.cat(((past.num_real > 0).to(device)[:, None], real), dim=1)
-    else:
-        real_ext = real
+        has_prev = (past.num_real > 0).to(device)[:, None]
     m = x.shape[1]
 
     if attention_mask is None and past is None:
@@ -140,6 +148,7 @@ def trajectory_positions(
         norms = torch.cat((norms.new_zeros(b, 1), norms), dim=1)
         valid = torch.cat((valid.new_zeros(b, 1), valid), dim=1)
     else:
+        real_ext = real if past is None else torch.cat((has_prev, real), dim=1)
         idx = torch.arange(m, device=device).expand(b, m)
         last_real = torch.where(real_ext, idx, -1).cummax(dim=1).values
         prev = torch.cat((last_real.new_full((b, 1), -1), last_real[:, :-1]), dim=1)
@@ -150,7 +159,7 @@ def trajectory_positions(
             norms, valid = norms[:, 1:], valid[:, 1:]
 
     # non-finite steps mark a sequence as bad; masked-out (pad) tokens never count
-    finite_steps = torch.isfinite(norms) | ~valid
+    finite_steps = (norms < float("inf")) | ~valid  # norms are >= 0 or NaN: isfinite in one op
     bad = ~finite_steps.all(dim=1)  # [b]
     steps = torch.where(valid & finite_steps, alpha * torch.tanh(beta * norms), 0.0)
 
@@ -159,7 +168,8 @@ def trajectory_positions(
     if past is not None:
         disp = disp + past.displacement.to(device=device, dtype=acc)[:, None]
         rank = rank + past.num_real.to(device)[:, None]
-    positions = torch.where(bad[:, None], rank.to(acc), rank.to(acc) + disp)
+    rank = rank.to(acc)
+    positions = torch.where(bad[:, None], rank, rank + disp)
     clamped = None
     if max_positions is not None:
         clamped = (positions > max_positions - 1) & real
@@ -183,9 +193,12 @@ def trajectory_positions(
     if not return_past:
         return positions
     any_real = real.any(dim=1)
-    last_idx = torch.where(real, torch.arange(n, device=device), -1).max(dim=1).values.clamp(min=0)
-    # x is the float32 copy already made (shifted by one column when a past was prepended)
-    last_emb = x[torch.arange(b, device=device), last_idx + (1 if past is not None else 0)]
+    if n == 1:
+        last_emb = x[:, -1]
+    else:
+        last_idx = torch.where(real, torch.arange(n, device=device), -1).max(dim=1).values.clamp(min=0)
+        # x is the float32 copy already made (shifted by one column when a past was prepended)
+        last_emb = x[torch.arange(b, device=device), last_idx + (1 if past is not None else 0)]
     total_real = real.sum(dim=1)
     final_disp = torch.where(bad, 0.0, disp[:, -1]) if n else torch.zeros(b, dtype=acc, device=device)
     if past is not None:
@@ -194,4 +207,52 @@ def trajectory_positions(
         if not n:
             final_disp = past.displacement.to(device=device, dtype=acc)
     new_past = TrajectoryPast(last_emb, final_disp, total_real)
+    return positions, new_past
+
+
+def _decoding_step(
+    emb: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    alpha: torch.Tensor,
+    beta: float,
+    max_positions: int | None,
+    past: TrajectoryPast,
+    acc: torch.dtype,
+    return_past: bool,
+) -> torch.Tensor | tuple[torch.Tensor, TrajectoryPast]:
+    """:func:`trajectory_positions` for one new token per sequence after ``past`` (a KV-cached decoding
+    step): the same arithmetic in half the tensor ops of the general path, which matters once per
+    generated token (docs/benchmarks.md). ``emb``: ``[b, 1, d]``; results bit-identical to the general path.
+    """
+    device = emb.device
+    b = emb.shape[0]
+    real = (torch.ones(b, dtype=torch.bool, device=device) if attention_mask is None
+            else attention_mask[:, 0].to(device=device).bool())
+    last = past.last_embedding.to(device=device, dtype=torch.float32)
+    num_real = past.num_real.to(device)
+    x = emb[:, 0].float()
+    norms = torch.linalg.vector_norm(x - last, dim=-1)  # [b]; the predecessor is the cached last real token
+    valid = real & (num_real > 0)
+    ok = valid & (norms < float("inf"))  # a step exists and is finite
+    bad = valid & ~ok
+    disp = past.displacement.to(device=device, dtype=acc) + torch.where(
+        ok, alpha[:, 0] * torch.tanh(beta * norms), 0.0).to(acc)
+    rank = (num_real + real.to(torch.int64) - 1).to(acc)
+    positions = torch.where(bad, rank, rank + disp)
+    if max_positions is not None:
+        positions = positions.clamp(0, max_positions - 1)
+    positions = torch.where(real, positions, 0.0).to(torch.float32)[:, None]
+    if bool(bad.any()):  # one host sync per call, needed for the warning
+        n_bad = int(bad.sum())
+        warnings.warn(
+            f"trajectory_positions: {n_bad} of {b} sequence(s) have non-finite embeddings; they fall back "
+            "to standard integer positions (check the model's embeddings and inputs)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        global_monitor.record_fallbacks(n_bad)
+    if not return_past:
+        return positions
+    new_past = TrajectoryPast(torch.where(real[:, None], x, last), torch.where(bad, 0.0, disp),
+                              num_real + real.to(torch.int64))
     return positions, new_past
