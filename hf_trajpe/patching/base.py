@@ -410,6 +410,25 @@ class PatchState(nn.Module):
             bias = step.memo[memo_key]
         return query, key, bias
 
+    def merged_bias_mask(self, query: torch.Tensor, key: torch.Tensor, attention_mask: torch.Tensor | None,
+                         is_causal: bool) -> torch.Tensor:
+        """The ALiBi bias merged with the attention mask into one float mask ``[b, h, n, t]``, built once
+        per forward and shared by all layers; the separate bias is then dropped. Built per layer (as
+        ``position_bias``), it costs a pass over ``[b, h, n, t]`` each time and, in training, every layer
+        keeps its own copy for the backward (docs/benchmarks.md)."""
+        from transformers.integrations.sdpa_attention import create_position_bias_mask
+
+        memo = self.step.memo
+        memo_key = ("alibi_mask", id(attention_mask), is_causal, query.shape[1], query.dtype, query.shape[2],
+                    key.shape[2])
+        hit = memo.get(memo_key)
+        if hit is None or hit[0] is not attention_mask:  # the id of a freed mask can be reused
+            _, _, bias = self.attention_inputs(query, key)
+            hit = (attention_mask, create_position_bias_mask(bias, attention_mask, is_causal, query, key))
+            memo[memo_key] = hit
+            memo.pop(("alibi", query.shape[1], query.dtype, key.shape[2]), None)
+        return hit[1]
+
 
 # -- attention functions ---------------------------------------------------------------------------
 def _eager_with_state(module, query, key, value, attention_mask, **kwargs):
@@ -427,15 +446,25 @@ def _eager_with_state(module, query, key, value, attention_mask, **kwargs):
     return st.eager_fn(module, query, key, value, attention_mask, **kwargs)
 
 
-def _with_position_bias(load_stock: Callable[[], Callable]) -> Callable:
-    """An attention function that rotates q/k and passes the ALiBi bias as ``position_bias`` to a stock
-    one (sdpa, flex); modules we did not patch go straight to the stock function."""
+def _with_position_bias(load_stock: Callable[[], Callable], merge_mask: bool = False) -> Callable:
+    """An attention function that rotates q/k and passes the ALiBi bias to a stock one (sdpa, flex); modules
+    we did not patch go straight to the stock function. ``merge_mask`` (sdpa): the bias goes in as a float
+    attention mask shared by all layers (:meth:`PatchState.merged_bias_mask`), decided as sdpa itself would;
+    otherwise as ``position_bias``, which sdpa would merge with the mask again in every layer."""
 
     def attention(module, query, key, value, attention_mask, **kwargs):
         stock = load_stock()
         st: PatchState | None = module.__dict__.get(_STATE_ATTR)
         if st is None:
             return stock(module, query, key, value, attention_mask, **kwargs)
+        if merge_mask and st.scheme == "alibi":  # (ALiBi never rotates q/k)
+            is_causal = kwargs.get("is_causal")
+            is_causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
+            q_len, kv_len = query.shape[2], key.shape[2]
+            is_causal = bool(is_causal) and q_len > 1 and attention_mask is None
+            if not (is_causal and kv_len > q_len):  # (else sdpa first crops the keys: leave it to sdpa)
+                mask = st.merged_bias_mask(query, key, attention_mask, is_causal)
+                return stock(module, query, key, value, mask, **dict(kwargs, is_causal=False))
         query, key, bias = st.attention_inputs(query, key)
         return stock(module, query, key, value, attention_mask, position_bias=bias, **kwargs)
 
@@ -454,7 +483,7 @@ def _load_flex() -> Callable:
     return flex_attention_forward
 
 
-_sdpa_with_state = _with_position_bias(_load_sdpa)
+_sdpa_with_state = _with_position_bias(_load_sdpa, merge_mask=True)
 _flex_with_state = _with_position_bias(_load_flex)
 
 
