@@ -56,7 +56,8 @@ def test_model_decode_memory_alibi_structure(bench_all):
     alibi = result["alibi"]
     _check_side_by_side(alibi["forward"], ["alibi", "trajectory/alibi"], ["seconds"])
     assert set(alibi["memory"]) == {"forward", "train_step"}
-    assert alibi["memory"]["train_step"]["alibi"]["step_ratio"] > 0
+    assert alibi["memory"]["train_step"]["variants"]["alibi"]["step_ratio"] > 0
+    assert alibi["memory"]["forward"]["stock"]["step_peak_bytes"] > 0
 
 
 def test_encoding_and_targets(bench_all):
@@ -99,3 +100,20 @@ def test_bad_arguments_say_what_to_do(capsys):
     if not torch.cuda.is_available():
         assert main(["bench", "models", "--size", "tiny", "--device", "cuda"]) == 2
         assert "use --device cpu" in capsys.readouterr().err
+
+
+def test_peak_memory_counts_what_a_step_holds_at_once():
+    from hf_trajpe.benchmarks.memory import PeakMemory
+
+    with PeakMemory("cpu") as pm:
+        old = torch.ones(1 << 18)  # 1 MiB allocated before the window, freed inside it
+        with pm.measure("step"):
+            a = torch.ones(1 << 20)  # 4 MiB
+            b = torch.ones(1 << 21)  # 8 MiB, both alive: the peak
+            del a, b, old
+            c = torch.ones(1 << 20)  # 4 MiB after the frees
+            del c
+        with pm.measure("nothing"):
+            pass
+    assert pm.peaks["step"] == 12 * 2**20
+    assert pm.peaks["nothing"] == 0

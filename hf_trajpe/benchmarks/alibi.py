@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from .memory import peak_step_bytes, state_bytes
+from .memory import PeakMemory, _method, _rows, state_bytes
 from .models import describe_model
 from .setup import Size, build_model, patched, random_ids
 from .timing import side_by_side, wall
@@ -32,40 +32,39 @@ def bench_alibi(
     """Forward time ratios and peak-memory ratios of ``variants`` against stock at ``size.alibi_tokens``."""
     repeats = repeats or size.repeats["alibi"]
     n = size.alibi_tokens
-    model = build_model("llama", size, device, dtype, max_positions=n)
-    ids = random_ids(model.config.vocab_size, n, device=device)
-    context = patched(model)
-
-    def forward() -> None:
-        model.eval()
-        with torch.no_grad():
-            model(input_ids=ids, use_cache=False)
-
-    def train_step() -> None:
-        model.train()
-        model(input_ids=ids, labels=ids, use_cache=False).loss.backward()
-
-    progress(f"alibi: llama at {n} tokens, forward, {len(variants)} variants x {repeats} paired rounds")
-    timing = side_by_side(lambda: {"seconds": wall(forward, device)}, list(variants), context, repeats,
-                          warmup=1, progress=lambda s: progress(f"alibi: forward {s}"))
+    variants = list(variants)
     progress("alibi: peak memory" + (" (forward, training step)" if train_memory else " (forward)"))
-    steps = {"forward": forward, **({"train_step": train_step} if train_memory else {})}
-    memory: dict[str, dict[str, object]] = {}
-    for what, fn in steps.items():
-        rows: dict[str, object] = {}
-        for label in (None, *variants):
-            with context(label):
+    with PeakMemory(device) as pm:
+        model = build_model("llama", size, device, dtype, max_positions=n)
+        ids = random_ids(model.config.vocab_size, n, device=device)
+        context = patched(model)
+
+        def forward() -> None:
+            model.eval()
+            with torch.no_grad():
+                model(input_ids=ids, use_cache=False)
+
+        def train_step() -> None:
+            model.train()
+            model(input_ids=ids, labels=ids, use_cache=False).loss.backward()
+
+        steps = {"forward": forward, **({"train_step": train_step} if train_memory else {})}
+        forward()  # warm-up: one-time allocations are not the patch's
+        base: dict[str, int] = {}
+        for what, fn in steps.items():
+            for label in (None, *variants):
+                with context(label):  # a fresh patch: nothing left over from an earlier forward
+                    model.zero_grad(set_to_none=True)
+                    base[f"{what}/{label or 'stock'}"] = state_bytes(model)
+                    with pm.measure(f"{what}/{label or 'stock'}"):
+                        fn()
                 model.zero_grad(set_to_none=True)
-                base = state_bytes(model)
-                forward()  # warm-up: first-call allocations are not the encoding's
-                peak = peak_step_bytes(fn, device)
-            model.zero_grad(set_to_none=True)
-            rows[label or "stock"] = {"step_peak_bytes": peak, "total_peak_bytes": base + peak}
-        stock = rows["stock"]
-        for label in variants:
-            r = rows[label]
-            r["step_ratio"] = r["step_peak_bytes"] / stock["step_peak_bytes"]
-            r["total_ratio"] = r["total_peak_bytes"] / stock["total_peak_bytes"]
-        memory[what] = rows
+    memory = {}
+    for what in steps:
+        sub = lambda d, w=what: {k.split("/", 1)[1]: v for k, v in d.items() if k.startswith(w + "/")}  # noqa: E731
+        memory[what] = _rows(sub(base), sub(pm.peaks), variants)
+    progress(f"alibi: llama at {n} tokens, forward, {len(variants)} variants x {repeats} paired rounds")
+    timing = side_by_side(lambda: {"seconds": wall(forward, device)}, variants, context, repeats,
+                          warmup=1, progress=lambda s: progress(f"alibi: forward {s}"))
     return {"tokens": n, "batch": 1, "repeats": repeats, "config": describe_model(model), "forward": timing,
-            "memory": memory}
+            "memory": memory, "memory_method": _method(device)}

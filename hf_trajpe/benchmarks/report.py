@@ -99,7 +99,8 @@ def _memory(res: dict) -> list[str]:
     out = []
     for family, r in res["models"].items():
         out += ["", f"**{family}**: training step (forward with LM loss + backward), batch {res['batch']} x "
-                f"{res['tokens']} tokens. Step peak: allocated during the step; total: plus weights.", ""]
+                f"{res['tokens']} tokens. Step peak: allocated during the step; total: plus weights. "
+                f"Method: {res['method']}.", ""]
         out += _memory_rows(r["stock"], r["variants"])
     return out
 
@@ -109,10 +110,8 @@ def _alibi(res: dict) -> list[str]:
            "", f"Forward time, {res['repeats']} paired rounds:", ""]
     out += _timing_table(res["forward"], "seconds")
     for what, rows in res["memory"].items():
-        rows = dict(rows)
-        stock = rows.pop("stock")
-        out += ["", f"Peak memory, {what.replace('_', ' ')}:", ""]
-        out += _memory_rows(stock, rows)
+        out += ["", f"Peak memory, {what.replace('_', ' ')} ({res['memory_method']}):", ""]
+        out += _memory_rows(rows["stock"], rows["variants"])
     return out
 
 
