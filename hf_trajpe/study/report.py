@@ -151,6 +151,14 @@ def write_study_report(cfg: StudyConfig, result: EvaluationResult, summaries: li
     return paths
 
 
+def _ruled_out(per_length: dict, content_type: str) -> str:
+    claim = CLAIMED_IMPROVEMENT.get(content_type)
+    if claim is None or content_type == CONTROL_TYPE:
+        return "n/a"
+    out = [str(L) for L, d in per_length.items() if d["ci"][1] < claim[0]]
+    return ", ".join(out) if out else "none"
+
+
 def _model_shape(m: dict) -> str:
     keys = [("n_layer", "layers"), ("num_hidden_layers", "layers"), ("n_embd", "wide"), ("hidden_size", "wide"),
             ("n_head", "heads"), ("num_attention_heads", "heads")]
@@ -249,15 +257,17 @@ def _markdown(cfg, main, effect, sweep, best, sweep_map, control, summaries, tim
         for traj, v in effect.items():
             head = " | ".join(f"{L} tokens" for L in lengths)
             lines += [f"### `{traj}` against `{v['base']}`", "",
-                      f"| type | claimed | {head} | verdict (first length) |",
-                      "|---|---|" + "---:|" * len(lengths) + "---|"]
+                      f"| type | claimed | {head} | verdict (first length) | claim ruled out at |",
+                      "|---|---|" + "---:|" * len(lengths) + "---|---|"]
             for t in types:
                 c = CLAIMED_IMPROVEMENT.get(t)
                 claim = f"{c[0]:g}-{c[1]:g}%" if c else "none"
                 first = v["deltas"][t].get(lengths[0])
                 lines.append(f"| {t} | {claim} | " + " | ".join(_cell(v["deltas"][t].get(L)) for L in lengths)
-                             + f" | {first['verdict'] if first else 'n/a'} |")
-            lines.append("")
+                             + f" | {first['verdict'] if first else 'n/a'} | {_ruled_out(v['deltas'][t], t)} |")
+            lines += ["", "*Claim ruled out at*: the lengths where the whole interval lies below the claimed "
+                      "range (the claimed improvement is excluded, even when the difference is not significant).",
+                      ""]
     if sweep:
         strengths = [s for s in sweep_map if s != 0.0]
         L0 = lengths[0]

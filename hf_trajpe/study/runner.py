@@ -173,7 +173,8 @@ def control_all(cfg: StudyConfig, models: dict[str, list[str]], data_dir: Path) 
     for name, folders in models.items():
         per_seed = [random_control(load_model(f), stream, alphabet, cfg.data.block_size,
                                    batch_size=cfg.eval.batch_size) for f in folders]
-        out[name] = {k: (sum(d[k] for d in per_seed) / len(per_seed)) for k in per_seed[0]}
+        out[name] = {k: (v if isinstance(v, int) else sum(d[k] for d in per_seed) / len(per_seed))
+                     for k, v in per_seed[0].items()}  # floor and token count are the same for every seed
     return out
 
 

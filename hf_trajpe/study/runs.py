@@ -6,12 +6,13 @@ A sweep strength whose patch is the same as one of the study's encodings reuses 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from .config import StudyConfig, patch_options
 
-__all__ = ["Run", "plan_runs", "sweep_names", "sweep_label"]
+__all__ = ["Run", "plan_runs", "same_patch", "sweep_names", "sweep_label"]
 
 _TRAJECTORY_ONLY = ("base", "strength", "learnable_strength", "beta", "interpolation", "detach", "cache",
                     "cache_size")
@@ -26,7 +27,25 @@ class Run:
 
     @property
     def done(self) -> bool:
-        return (self.folder / "train_summary.json").is_file()
+        """Trained and saved with the patch this run asks for (a changed encoding entry retrains)."""
+        path = self.folder / "train_summary.json"
+        if not path.is_file():
+            return False
+        return same_patch(json.loads(path.read_text()).get("patch"), self.options)
+
+
+def same_patch(saved: dict | None, options: dict | None) -> bool:
+    """Whether a saved ``PatchConfig`` dict is what ``options`` ask for (``"embeddings"`` scales were
+    resolved to a number when patching, so any number matches them)."""
+    from ..patching import PatchConfig
+
+    if saved is None or options is None:
+        return saved is None and options is None
+    want = PatchConfig(**options).to_dict()
+    if want.get("sinusoid_scale") == "embeddings":
+        want["sinusoid_scale"] = saved.get("sinusoid_scale")
+    drop = ("version",)
+    return {k: v for k, v in want.items() if k not in drop} == {k: v for k, v in saved.items() if k not in drop}
 
 
 def sweep_label(strength: float) -> str:

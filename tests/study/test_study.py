@@ -104,8 +104,8 @@ def test_tiny_study_end_to_end_and_resume(tmp_path):
                  "train.steps=4", "train.warmup_steps=2", "train.log_every=2", "data.train=10", "data.test=12",
                  "data.block_size=32", "eval.max_sequences=2", "eval.n_resamples=50",
                  "encodings={learned: {encoding: native}, sinusoidal: {encoding: sinusoidal, sinusoid_scale: "
-                 "embeddings}, trajectory_auto: {encoding: trajectory, base: sinusoidal, strength: auto, "
-                 "sinusoid_scale: embeddings}}",
+                 "embeddings, max_positions: 2048}, trajectory_auto: {encoding: trajectory, base: sinusoidal, "
+                 "strength: auto, sinusoid_scale: embeddings, max_positions: 2048}}",
                  "trajectory_pairs={trajectory_auto: sinusoidal}", "sweep.strengths=[0.0,0.3]"]
     cfg = load_study_config(DEFAULT, overrides=overrides)
     paths = run_study(cfg, command="test", progress=False, log=lambda m: None)
@@ -128,6 +128,15 @@ def test_tiny_study_end_to_end_and_resume(tmp_path):
     run_study(cfg, command="test", progress=False, log=lambda m: None)
     assert {p: p.stat().st_mtime_ns for p in before} == before
     assert len((tmp_path / "runs" / "training_sessions.jsonl").read_text().splitlines()) == 1
+
+    # a changed encoding entry retrains that encoding only (and the sweep's strength 0 no longer equals it)
+    rescaled = load_study_config(DEFAULT, overrides=overrides + ["encodings.sinusoidal.sinusoid_scale=0.5"])
+    study = json.loads(run_study(rescaled, progress=False, log=lambda m: None)["study_json"].read_text())
+    sessions = (tmp_path / "runs" / "training_sessions.jsonl").read_text().splitlines()
+    assert len(sessions) == 2 and json.loads(sessions[1])["models"] == 4
+    assert study["sweep"]["models"]["0.0"] == "sweep_strength_0"
+    assert {p: p.stat().st_mtime_ns for p in before if "learned" in str(p)} == {
+        p: t for p, t in before.items() if "learned" in str(p)}
 
     # other training settings in the same output_dir are refused, not mixed in
     changed = load_study_config(DEFAULT, overrides=overrides + ["train.steps=5"])
