@@ -97,6 +97,8 @@ def test_single_benchmark_and_encoding_overrides(tmp_path, capsys):
 def test_bad_arguments_say_what_to_do(capsys):
     assert main(["bench", "models", "--size", "tiny", "--repeats", "0"]) == 2
     assert "--repeats must be at least 1" in capsys.readouterr().err
+    assert main(["bench", "models", "--size", "tiny", "--device", "gpu0"]) == 2
+    assert "not a torch device" in capsys.readouterr().err
     if not torch.cuda.is_available():
         assert main(["bench", "models", "--size", "tiny", "--device", "cuda"]) == 2
         assert "use --device cpu" in capsys.readouterr().err

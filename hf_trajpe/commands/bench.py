@@ -39,7 +39,13 @@ def run(args: argparse.Namespace) -> int:
     if args.repeats is not None and args.repeats < 1:
         raise ValueError(f"--repeats must be at least 1, got {args.repeats}")
     device = args.device
-    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+    try:
+        kind = torch.device(device).type
+    except RuntimeError:
+        raise ValueError(f"--device {device!r} is not a torch device; use cpu or cuda[:N]") from None
+    if kind not in ("cpu", "cuda"):
+        raise ValueError(f"--device {device}: the benchmarks run on cpu or cuda[:N] only")
+    if kind == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"--device {device}: this torch build sees no CUDA device; use --device cpu")
     threads = torch.get_num_threads()
     if args.threads:
