@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,7 +17,18 @@ from hf_trajpe.study.report import best_strength
 from hf_trajpe.study.runs import plan_runs, sweep_names
 from hf_trajpe.training.config import ConfigError
 
-DEFAULT = "configs/study/default.yaml"
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT = str(ROOT / "configs" / "study" / "default.yaml")
+
+
+def test_every_study_config_is_valid_and_starts_with_its_command():
+    paths = sorted((ROOT / "configs" / "study").glob("*.y*ml"))
+    assert paths
+    for path in paths:
+        assert open(path).readline().startswith(f"# hf-trajpe study --config {path.relative_to(ROOT).as_posix()}")
+        load_study_config(path)
+        if "quick" in yaml.safe_load(open(path)):
+            load_study_config(path, quick=True)
 
 
 def test_default_config_and_quick_profile_are_valid():
