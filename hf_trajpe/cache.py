@@ -1,4 +1,4 @@
-"""Optional displacement cache (SPEC section 2): adapted positions keyed by token ids.
+"""Optional displacement cache (docs/spec.md, section 2): adapted positions keyed by token ids.
 
 A sequence's positions depend only on its token ids (through the embedding table), the strength,
 beta and the position limit, so repeated sequences (evaluation sweeps, prompt reuse) need not be
@@ -15,7 +15,7 @@ from collections.abc import Hashable
 
 import torch
 
-from .encodings.trajectory import _strength_tensor, trajectory_positions
+from .encodings.trajectory import strength_tensor, trajectory_positions
 from .monitoring import TrajectoryMonitor, global_monitor
 
 __all__ = ["DisplacementCache", "embedding_version"]
@@ -70,7 +70,7 @@ class DisplacementCache:
             if attention_mask is None
             else attention_mask.bool()
         )
-        alphas = _strength_tensor(strength, b, embeddings.device)[:, 0].tolist()
+        alphas = strength_tensor(strength, b, embeddings.device)[:, 0].tolist()
         ids_cpu, real_cpu = input_ids.cpu(), real.cpu()
         keys = [
             (ids_cpu[r][real_cpu[r]].numpy().tobytes(), alphas[r], float(beta), max_positions, version)
@@ -81,7 +81,9 @@ class DisplacementCache:
         hits = b - len(miss)
         self.hits += hits
         self.lookups += b
-        (monitor or global_monitor).record_cache(hits, b)
+        mon = monitor if monitor is not None else global_monitor.if_enabled()
+        if mon is not None:
+            mon.record_cache(hits, b)
         if miss:
             rows = torch.tensor(miss, device=embeddings.device)
             sub_mask = None if attention_mask is None else attention_mask.index_select(0, rows)

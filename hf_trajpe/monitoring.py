@@ -1,4 +1,4 @@
-"""Counters of SPEC section 5, readable as a dict and loggable to any accelerate tracker.
+"""Counters of docs/spec.md, section 5, readable as a dict and loggable to any accelerate tracker.
 
 Per-call statistics stay on the device as tensors (no host sync in the hot path); ``as_dict()``
 reads them once.
@@ -12,7 +12,7 @@ from contextlib import contextmanager
 
 import torch
 
-__all__ = ["TrajectoryMonitor", "global_monitor"]
+__all__ = ["TrajectoryMonitor", "global_monitor", "enable_global_monitor"]
 
 
 class TrajectoryMonitor:
@@ -25,7 +25,12 @@ class TrajectoryMonitor:
     """
 
     def __init__(self) -> None:
+        #: only the process-wide ``global_monitor`` is ever disabled (it records nothing until enabled)
+        self.enabled = True
         self.reset()
+
+    def if_enabled(self) -> TrajectoryMonitor | None:
+        return self if self.enabled else None
 
     def reset(self) -> None:
         self.calls = 0
@@ -116,5 +121,14 @@ class TrajectoryMonitor:
         return out
 
 
-#: Counts fallbacks and cache use of calls that pass no monitor of their own.
+#: Counts fallbacks and cache use of calls that pass no monitor of their own, once turned on with
+#: :func:`enable_global_monitor` (off by default: a process-wide counter nobody asked for is a side channel).
 global_monitor = TrajectoryMonitor()
+global_monitor.enabled = False
+
+
+def enable_global_monitor(enabled: bool = True) -> TrajectoryMonitor:
+    """Turn the process-wide monitor on (or off); returns it. Monitors attached to a patched model with
+    ``handle.attach_monitor()`` record regardless."""
+    global_monitor.enabled = bool(enabled)
+    return global_monitor

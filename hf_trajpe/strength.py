@@ -1,4 +1,8 @@
-"""Trajectory strength (alpha) as a fixed value, a learnable parameter, or ``"auto"`` (SPEC section 2)."""
+"""Trajectory strength (alpha) as a fixed value, a learnable parameter, or ``"auto"`` (docs/spec.md, section 2).
+
+:func:`check_strength_option` is the one check of a user's strength option; everything that takes one
+(``PatchConfig``, :func:`make_strength`, the strength modules) calls it.
+"""
 
 from __future__ import annotations
 
@@ -11,9 +15,10 @@ from torch import nn
 from .content import detect_content_type
 from .encodings.trajectory import check_strength_value
 
-__all__ = ["AUTO_STRENGTHS", "FixedStrength", "LearnableStrength", "AutoStrength", "make_strength"]
+__all__ = ["AUTO_STRENGTHS", "FixedStrength", "LearnableStrength", "AutoStrength", "make_strength",
+           "check_strength_option"]
 
-#: SPEC section 2: per-content-type strength for ``"auto"``; any other type gets ``"default"``.
+#: docs/spec.md, section 2: per-content-type strength for ``"auto"``; any other type gets ``"default"``.
 AUTO_STRENGTHS: Mapping[str, float] = {
     "code_hierarchy": 0.25,
     "dialogue_structure": 0.15,
@@ -45,12 +50,7 @@ class LearnableStrength(nn.Module):
 
     def __init__(self, init: float = 0.2) -> None:
         super().__init__()
-        init = check_strength_value(init)
-        if not 0.0 < init < 1.0:
-            raise ValueError(
-                f"a learnable strength must start strictly inside (0, 1) (it is a sigmoid), got {init}; "
-                "use a fixed strength for exactly 0 or 1"
-            )
+        init = check_strength_option(init, learnable=True)
         self.raw = nn.Parameter(torch.tensor([math.log(init / (1.0 - init))], dtype=torch.float32))
 
     @property
@@ -113,10 +113,25 @@ def make_strength(strength: float | str | nn.Module, learnable: bool = False) ->
     """``0.2`` -> fixed, ``0.2`` with ``learnable=True`` -> learnable, ``"auto"`` -> auto."""
     if isinstance(strength, nn.Module):
         return strength
+    strength = check_strength_option(strength, learnable)
+    if strength == "auto":
+        return AutoStrength()
+    return LearnableStrength(strength) if learnable else FixedStrength(strength)
+
+
+def check_strength_option(strength: float | str, learnable: bool = False) -> float | str:
+    """A user's ``strength`` option, validated: a number in [0, 1] (strictly inside when learnable: alpha
+    is then a sigmoid) or ``"auto"`` (never learnable: it picks values per content type)."""
     if isinstance(strength, str):
         if strength != "auto":
             raise ValueError(f"strength must be a number in [0, 1] or 'auto', got {strength!r}")
         if learnable:
             raise ValueError("strength='auto' picks values per content type and cannot also be learnable")
-        return AutoStrength()
-    return LearnableStrength(strength) if learnable else FixedStrength(strength)
+        return strength
+    value = check_strength_value(strength)
+    if learnable and not 0.0 < value < 1.0:
+        raise ValueError(
+            f"a learnable strength must start strictly inside (0, 1) (it is a sigmoid), got {value}; "
+            "use a fixed strength for exactly 0 or 1"
+        )
+    return value

@@ -1,4 +1,4 @@
-"""ALiBi: a linear distance penalty on attention scores (Press et al., 2022; SPEC section 2).
+"""ALiBi: a linear distance penalty on attention scores (Press et al., 2022; docs/spec.md, section 2.4).
 
 Shape legend: ``b`` batch, ``h`` heads, ``i`` query positions, ``j`` key positions.
 """

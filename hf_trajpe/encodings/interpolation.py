@@ -1,4 +1,4 @@
-"""Reading a table of position vectors at fractional positions (SPEC section 2).
+"""Reading a table of position vectors at fractional positions (docs/spec.md, section 2.7).
 
 Used for the seed design's sinusoidal table and for learned absolute tables (GPT-2, BERT), whose
 rows exist only at integer positions. Shape legend: ``n`` table rows, ``d`` width, ``...`` any

@@ -1,4 +1,4 @@
-"""Rotary position embedding (RoPE) at integer or fractional positions (SPEC section 2).
+"""Rotary position embedding (RoPE) at integer or fractional positions (docs/spec.md, section 2.3).
 
 Numerics follow transformers' Llama rotary module (float32 frequencies, ``cos``/``sin`` cast to
 the activation dtype at the end), so patching a RoPE model with ``"rope"`` reproduces it.

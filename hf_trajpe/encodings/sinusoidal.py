@@ -1,4 +1,4 @@
-"""Sinusoidal absolute encoding (SPEC section 2), exact at integer or fractional positions.
+"""Sinusoidal absolute encoding (docs/spec.md, section 2.2), exact at integer or fractional positions.
 
 Shape legend: ``...`` any leading shape of positions, ``d`` model width.
 """
@@ -60,7 +60,7 @@ class SinusoidalTable(torch.nn.Module):
     """The seed design's precomputed table, read at fractional positions by interpolation.
 
     ``mode="exact"`` evaluates the analytic formula instead, so the three modes can be compared
-    (docs/interpolation.md gives the measured errors).
+    (docs/encodings.md gives the measured errors).
     """
 
     def __init__(self, max_positions: int, dim: int, base: float = 10000.0) -> None:

@@ -1,4 +1,4 @@
-"""Trajectory-guided positions: content-dependent fractional positions (SPEC section 2).
+"""Trajectory-guided positions: content-dependent fractional positions (docs/spec.md, section 2).
 
     step_i = alpha * tanh(beta * ||e_i - e_prev(i)||_2)      (prev(i): the previous real token)
     disp_i = disp_prev(i) + step_i,   p_i = clamp(rank_i + disp_i, 0, max_positions - 1)
@@ -19,7 +19,7 @@ import torch
 
 from ..monitoring import TrajectoryMonitor, global_monitor
 
-__all__ = ["TrajectoryPast", "trajectory_positions", "check_strength_value"]
+__all__ = ["TrajectoryPast", "trajectory_positions", "check_strength_value", "strength_tensor"]
 
 
 @dataclass
@@ -44,20 +44,20 @@ class TrajectoryPast:
 
 
 def check_strength_value(value: float) -> float:
-    """Validate a fixed strength; why: a strength outside [0, 1] is not the SPEC's encoding."""
+    """Validate a fixed strength; why: a strength outside [0, 1] is not the specified encoding."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"strength must be a float in [0, 1], got {type(value).__name__} {value!r}")
     value = float(value)
     if not (0.0 <= value <= 1.0):  # also False for NaN
-        raise ValueError(f"strength must lie in [0, 1] (SPEC section 2), got {value!r}")
+        raise ValueError(f"strength must lie in [0, 1] (docs/spec.md, section 2), got {value!r}")
     return value
 
 
 _CHECKED_VERSION = "_hf_trajpe_checked_version"
 
 
-def _strength_tensor(strength: float | torch.Tensor, batch: int, device: torch.device) -> torch.Tensor:
-    """Strength as float32 ``[b, 1]``, validated."""
+def strength_tensor(strength: float | torch.Tensor, batch: int, device: torch.device) -> torch.Tensor:
+    """Strength as float32 ``[b, 1]``, validated (a float, or a scalar or ``[b]`` tensor)."""
     if torch.is_tensor(strength):
         s = strength.to(device=device, dtype=torch.float32)
         if s.dim() > 1 or (s.dim() == 1 and s.shape[0] not in (1, batch)):
@@ -70,7 +70,7 @@ def _strength_tensor(strength: float | torch.Tensor, batch: int, device: torch.d
         if strength.is_inference() or getattr(strength, _CHECKED_VERSION, None) != strength._version:
             ok = (s >= 0) & (s <= 1)  # False for NaN and +-inf too
             if not bool(ok.all()):
-                raise ValueError(f"strength values must lie in [0, 1] (SPEC section 2), got {strength.tolist()}")
+                raise ValueError(f"strength values must lie in [0, 1] (docs/spec.md, section 2), got {strength.tolist()}")
             if not strength.is_inference():
                 setattr(strength, _CHECKED_VERSION, strength._version)
         return s.reshape(-1, 1).expand(batch, 1)
@@ -101,7 +101,7 @@ def trajectory_positions(
     - Accumulation runs in float64 (float32 on MPS) whatever the embedding dtype; a bf16 cumsum
       drifts by whole positions over long sequences.
     - A sequence whose embeddings are not finite falls back to integer positions, with one warning
-      per call and a count in ``monitor`` (or the process-wide ``global_monitor``).
+      per call and a count in ``monitor`` (or in the process-wide ``global_monitor`` once enabled).
     - ``detach=True`` stops gradients into the embeddings; by default they flow through the steps.
     - ``past``/``return_past`` continue the trajectory across incremental decoding calls.
     """
@@ -123,7 +123,7 @@ def trajectory_positions(
         raise ValueError(f"beta (magnitude scaling) must be a finite positive number, got {beta!r}")
     if max_positions is not None and (not isinstance(max_positions, int) or max_positions < 1):
         raise ValueError(f"max_positions must be a positive integer or None, got {max_positions!r}")
-    alpha = _strength_tensor(strength, b, device)
+    alpha = strength_tensor(strength, b, device)
     acc = _accumulation_dtype(device)
 
     emb = embeddings.detach() if detach else embeddings
@@ -176,7 +176,7 @@ def trajectory_positions(
         positions = positions.clamp(0, max_positions - 1)
     positions = torch.where(real, positions, 0.0).to(torch.float32)
 
-    mon = monitor if monitor is not None else global_monitor
+    mon = monitor if monitor is not None else global_monitor.if_enabled()
     n_bad = int(bad.sum())  # one host sync per call, needed for the warning
     if n_bad:
         warnings.warn(
@@ -185,7 +185,8 @@ def trajectory_positions(
             RuntimeWarning,
             stacklevel=2,
         )
-        mon.record_fallbacks(n_bad)
+        if mon is not None:
+            mon.record_fallbacks(n_bad)
     if monitor is not None:
         disp_final = torch.where(bad[:, None], 0.0, disp)
         monitor.record_positions(positions, disp_final, real, clamped)
@@ -250,7 +251,8 @@ def _decoding_step(
             RuntimeWarning,
             stacklevel=3,
         )
-        global_monitor.record_fallbacks(n_bad)
+        if global_monitor.enabled:
+            global_monitor.record_fallbacks(n_bad)
     if not return_past:
         return positions
     new_past = TrajectoryPast(torch.where(real[:, None], x, last), torch.where(bad, 0.0, disp),

@@ -1,26 +1,50 @@
 """Swap the positional encoding of a pretrained transformers model in place (docs/patching.md).
 
+How the engine is laid out (each file one concept):
+
+- ``config.py``: :class:`PatchConfig`, the user's options, validated and saved as JSON.
+- ``schemes/``: the positional schemes as registered plug-ins (learned table, sinusoidal, RoPE, ALiBi,
+  NoPE), each declaring what it contributes and what it can do.
+- ``families/``: where each model family keeps its positions (adapters keyed by ``model_type``).
+- ``plan.py``: :func:`resolve_plan`, the one place that turns options and a model into a plan.
+- ``sources.py``: where positions come from (integer ranks, or trajectory).
+- ``state.py``: the per-model state; ``modules.py``: the replacement table and rotary modules;
+  ``attention.py``: the attention functions registered with transformers; ``hooks.py``: the forward hooks.
+- ``api.py``, ``handle.py``, ``persistence.py``: patch/unpatch, the handle, save/reload.
+
 ``import hf_trajpe.patching`` stays light: transformers is imported only when a model is patched.
 """
 
-from .api import PatchHandle, from_pretrained, get_handle, load_patch, patch, save_patch, unpatch
+from .api import PatchHandle, get_handle, patch, unpatch
+from .attention import register_attention
 from .config import CONFIG_NAME, ENCODINGS, TRAJECTORY_BASES, PatchConfig
-from .registry import ADAPTERS, FAMILIES, SUPPORTED, get_adapter
+from .families import ADAPTERS, FAMILIES, SUPPORTED, FamilyAdapter, get_adapter
+from .persistence import STATE_NAME, from_pretrained, load_patch, save_patch
+from .plan import PatchPlan, resolve_plan
+from .schemes import SCHEMES, Scheme, register_scheme
 
 __all__ = [
+    "patch",
+    "unpatch",
+    "get_handle",
+    "from_pretrained",
+    "load_patch",
+    "save_patch",
+    "PatchConfig",
+    "PatchHandle",
+    "SUPPORTED",
+    "register_attention",
     "ADAPTERS",
     "CONFIG_NAME",
     "ENCODINGS",
     "FAMILIES",
-    "SUPPORTED",
+    "FamilyAdapter",
+    "PatchPlan",
+    "SCHEMES",
+    "STATE_NAME",
+    "Scheme",
     "TRAJECTORY_BASES",
-    "PatchConfig",
-    "PatchHandle",
-    "from_pretrained",
     "get_adapter",
-    "get_handle",
-    "load_patch",
-    "patch",
-    "save_patch",
-    "unpatch",
+    "register_scheme",
+    "resolve_plan",
 ]

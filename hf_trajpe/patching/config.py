@@ -13,14 +13,17 @@ import warnings
 from dataclasses import dataclass, field
 
 from ..encodings.interpolation import INTERPOLATION_MODES
-from ..encodings.trajectory import check_strength_value
+from ..strength import check_strength_option
+from .schemes import check_interpolation, encoding_names, trajectory_base_names
 
 __all__ = ["ENCODINGS", "TRAJECTORY_BASES", "CONFIG_NAME", "PatchConfig"]
 
-#: Encodings that :func:`hf_trajpe.patch` knows (a family may support a subset: see ``SUPPORTED``).
-ENCODINGS: tuple[str, ...] = ("native", "sinusoidal", "rope", "alibi", "none", "trajectory")
-#: Bases that ``trajectory`` can run on; ``learned`` is the model's own learned absolute table.
-TRAJECTORY_BASES: tuple[str, ...] = ("sinusoidal", "rope", "alibi", "learned")
+#: Encodings that :func:`hf_trajpe.patch` knows, from the registered schemes (a family may support a
+#: subset: see ``SUPPORTED``).
+ENCODINGS: tuple[str, ...] = encoding_names()
+#: Bases that ``trajectory`` can run on (schemes that read fractional positions); ``learned`` is the
+#: model's own learned absolute table.
+TRAJECTORY_BASES: tuple[str, ...] = trajectory_base_names()
 #: File written beside the weights by ``save_pretrained`` on a patched model.
 CONFIG_NAME = "hf_trajpe_config.json"
 FORMAT_VERSION = 1
@@ -35,21 +38,21 @@ class PatchConfig:
     - ``encoding``: one of :data:`ENCODINGS`.
     - ``base``: for ``trajectory`` only, one of :data:`TRAJECTORY_BASES`; ``None`` means the model's
       own scheme (``learned`` for GPT-2/BERT/RoBERTa, ``rope`` for the Llama family and GPT-NeoX).
-    - ``strength``: trajectory alpha in [0, 1], or ``"auto"`` (per content type, SPEC section 2).
+    - ``strength``: trajectory alpha in [0, 1], or ``"auto"`` (per content type, docs/spec.md, section 2).
     - ``learnable_strength``: make alpha a trainable parameter (starts at ``strength``).
     - ``beta``: trajectory magnitude scaling (> 0).
     - ``interpolation``: how a base is read at fractional positions: ``linear``/``cubic`` (a table
       of integer positions, the seed design) or ``exact`` (analytic: sinusoidal, rope, alibi).
       ``None`` picks ``linear`` for the learned table and ``exact`` otherwise.
     - ``detach``: stop gradients from positions into the embeddings (trajectory only).
-    - ``cache``/``cache_size``: the displacement cache of SPEC section 2 (trajectory only).
+    - ``cache``/``cache_size``: the displacement cache of docs/spec.md, section 2 (trajectory only).
     - ``max_positions``: the position limit. ``None`` keeps the model's own
       (``max_position_embeddings``); raise it to run a learned-absolute model patched to
       ``rope``/``alibi``/``sinusoidal``/``none`` past its original table.
     - ``rope_theta``: base of the rotary frequencies when ``rope`` is put on a model that has none
       (models with their own rotary module keep their own frequencies).
     - ``sinusoid_scale``: amplitude of the added sinusoid (``sinusoidal``, or ``trajectory`` on it).
-      ``1.0`` is the unit sinusoid of SPEC section 2. ``"embeddings"`` matches the RMS of the
+      ``1.0`` is the unit sinusoid of docs/spec.md, section 2. ``"embeddings"`` matches the RMS of the
       model's token embeddings at patch time (resolved to a number then, so a saved patch reloads
       with the same scale): a unit sinusoid drowns token embeddings of std 0.02 (GPT-2's init).
     """
@@ -69,9 +72,9 @@ class PatchConfig:
     version: int = field(default=FORMAT_VERSION, repr=False)
 
     def __post_init__(self) -> None:
-        if self.encoding not in ENCODINGS:
+        if self.encoding not in encoding_names():
             raise ValueError(
-                f"unknown encoding {self.encoding!r}; supported encodings: {', '.join(ENCODINGS)}"
+                f"unknown encoding {self.encoding!r}; supported encodings: {', '.join(encoding_names())}"
             )
         defaults = {f.name: f.default for f in dataclasses.fields(self)}
         trajectory_only = ("base", "strength", "learnable_strength", "beta", "interpolation", "detach",
@@ -82,22 +85,11 @@ class PatchConfig:
                 raise ValueError(
                     f"option(s) {', '.join(given)} apply only to encoding='trajectory', not {self.encoding!r}"
                 )
-        if self.base is not None and self.base not in TRAJECTORY_BASES:
+        if self.base is not None and self.base not in trajectory_base_names():
             raise ValueError(
-                f"unknown trajectory base {self.base!r}; supported bases: {', '.join(TRAJECTORY_BASES)}"
+                f"unknown trajectory base {self.base!r}; supported bases: {', '.join(trajectory_base_names())}"
             )
-        if isinstance(self.strength, str):
-            if self.strength != "auto":
-                raise ValueError(f"strength must be a number in [0, 1] or 'auto', got {self.strength!r}")
-            if self.learnable_strength:
-                raise ValueError("strength='auto' picks values per content type and cannot also be learnable")
-        else:
-            self.strength = check_strength_value(self.strength)
-            if self.learnable_strength and not 0.0 < self.strength < 1.0:
-                raise ValueError(
-                    f"a learnable strength must start strictly inside (0, 1), got {self.strength}; "
-                    "use a fixed strength for exactly 0 or 1"
-                )
+        self.strength = check_strength_option(self.strength, self.learnable_strength)
         if isinstance(self.beta, bool) or not isinstance(self.beta, (int, float)) or not (
             math.isfinite(self.beta) and self.beta > 0
         ):
@@ -107,10 +99,8 @@ class PatchConfig:
             raise ValueError(
                 f"unknown interpolation {self.interpolation!r}; supported: {', '.join(INTERPOLATION_MODES)}"
             )
-        if self.base == "learned" and self.interpolation == "exact":
-            raise ValueError("a learned table exists only at integer rows: use interpolation linear or cubic")
-        if self.base == "alibi" and self.interpolation not in (None, "exact"):
-            raise ValueError("ALiBi is linear in position, hence always exact: use interpolation 'exact'")
+        if self.base is not None:  # (with base=None the model decides the base: checked when patching)
+            check_interpolation(self.base, self.interpolation)
         if not isinstance(self.cache_size, int) or isinstance(self.cache_size, bool) or self.cache_size < 1:
             raise ValueError(f"cache_size must be a positive integer, got {self.cache_size!r}")
         mp = self.max_positions
@@ -136,13 +126,6 @@ class PatchConfig:
         for name in ("learnable_strength", "detach", "cache"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
-
-    @property
-    def interpolation_mode(self) -> str:
-        """The interpolation actually used (``None`` resolved for the base in use)."""
-        if self.interpolation is not None:
-            return self.interpolation
-        return "linear" if self.base == "learned" else "exact"
 
     # -- round trip ------------------------------------------------------------------------------
     def to_dict(self) -> dict:

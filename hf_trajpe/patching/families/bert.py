@@ -2,7 +2,7 @@
 (causal only when configured as a decoder). RoBERTa's position 0 is row ``pad_token_id + 1``.
 """
 
-from .base import FamilyAdapter
+from .adapter import FamilyAdapter
 
 
 def _is_decoder(config) -> bool:

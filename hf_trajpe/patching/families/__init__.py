@@ -1,17 +1,18 @@
-"""Adapters keyed by ``config.model_type``. Adding a family = one small module + one line here."""
+"""Model families keyed by ``config.model_type``. Adding a family = one small module + one line here."""
 
 from __future__ import annotations
 
 from . import bert, gpt2, gpt_neox, llama
-from .base import FamilyAdapter
+from .adapter import FamilyAdapter
 
-__all__ = ["ADAPTERS", "FAMILIES", "SUPPORTED", "get_adapter"]
+__all__ = ["ADAPTERS", "FAMILIES", "SUPPORTED", "FamilyAdapter", "get_adapter"]
 
 FAMILIES: tuple[FamilyAdapter, ...] = (gpt2.ADAPTER, bert.BERT, bert.ROBERTA, llama.ADAPTER, gpt_neox.ADAPTER)
 
 ADAPTERS: dict[str, FamilyAdapter] = {t: a for a in FAMILIES for t in a.model_types}
 
-#: model_type -> encodings it supports (``trajectory`` bases: ``FamilyAdapter.trajectory_bases``)
+#: model_type -> encodings it supports, from what each family offers and what each scheme needs
+#: (``trajectory`` bases per family: ``ADAPTERS[t].trajectory_bases``)
 SUPPORTED: dict[str, tuple[str, ...]] = {t: a.encodings for t, a in ADAPTERS.items()}
 
 

@@ -3,7 +3,7 @@
 transformers that each registered type's rotary module is a copy of Llama's.
 """
 
-from .base import FamilyAdapter
+from .adapter import FamilyAdapter
 
 #: model_type -> attention class name; all share LlamaRotaryEmbedding's code
 LLAMA_FAMILY = {

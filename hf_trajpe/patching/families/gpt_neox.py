@@ -1,6 +1,6 @@
 """GPT-NeoX: partial rotary (the first ``rotary_pct`` of each head rotates), ``gpt_neox.rotary_emb``."""
 
-from .base import FamilyAdapter
+from .adapter import FamilyAdapter
 
 ADAPTER = FamilyAdapter(
     name="GPT-NeoX",

@@ -1,6 +1,6 @@
 """GPT-2: learned absolute table ``wpe``, causal."""
 
-from .base import FamilyAdapter
+from .adapter import FamilyAdapter
 
 ADAPTER = FamilyAdapter(
     name="GPT-2",

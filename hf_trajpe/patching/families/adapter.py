@@ -1,0 +1,64 @@
+"""``FamilyAdapter``: where one model family keeps its positions, and what it can therefore carry."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from torch import nn
+
+from ..schemes import SCHEMES
+
+__all__ = ["FamilyAdapter"]
+
+
+@dataclass(frozen=True)
+class FamilyAdapter:
+    """How one model family exposes its positions. Paths are relative to ``model.base_model``.
+
+    - ``native``: the family's own scheme, ``"learned"`` (absolute table at ``table_path``) or ``"rope"``
+      (module at ``rotary_path``).
+    - ``self_attention``: class names of the self-attention modules that go through transformers'
+      attention-function interface (they get biases and rotations).
+    - ``table_offset``: first table row of position 0 (RoBERTa: ``pad_token_id + 1``).
+    - ``token_type_ids``: the base model wants explicit zeros when called with ``inputs_embeds``.
+    - ``causal``: whether a model of this family (given its config) attends causally.
+    """
+
+    name: str
+    model_types: tuple[str, ...]
+    native: str
+    self_attention: tuple[str, ...]
+    table_path: str | None = None
+    rotary_path: str | None = None
+    token_type_ids: bool = False
+    table_offset: Callable[[object], int] = staticmethod(lambda config: 0)
+    causal: Callable[[object], bool] = staticmethod(lambda config: True)
+
+    @property
+    def provides(self) -> frozenset[str]:
+        """What the engine can hook into: a position ``table``, a ``rotary`` module, ``attention`` functions."""
+        out = set()
+        if self.table_path:
+            out.add("table")
+        if self.rotary_path:
+            out.add("rotary")
+        if self.self_attention:
+            out.add("attention")
+        return frozenset(out)
+
+    @property
+    def trajectory_bases(self) -> tuple[str, ...]:
+        """Schemes this family can carry that read fractional positions."""
+        return tuple(n for n, c in SCHEMES.items() if c.fractional and c.supported_by(self.provides))
+
+    @property
+    def encodings(self) -> tuple[str, ...]:
+        """What ``hf_trajpe.patch`` accepts for this family, from the schemes' declared needs."""
+        own = tuple(n for n, c in SCHEMES.items() if c.selectable and c.supported_by(self.provides))
+        return ("native", *own, *(("trajectory",) if self.trajectory_bases else ()))
+
+    def eager_attention(self, base: nn.Module) -> Callable:
+        """The family's stock eager attention function (wrapped when biases or rotations go inside)."""
+        return importlib.import_module(type(base).__module__).eager_attention_forward

@@ -1,0 +1,99 @@
+"""Forward hooks on the base model (``GPT2Model``, ``BertModel``, ``LlamaModel``, ...).
+
+The pre-hook reads ``input_ids``/``inputs_embeds``, ``attention_mask`` and the KV cache, has the state
+compute the positions of the new tokens, adds an additive scheme's vectors to the embeddings where the
+model has no position table, and hands the model ``inputs_embeds`` (so the token embeddings are looked
+up once). Nothing fractional ever enters the model's own ``position_ids``: transformers reads
+non-unit steps in top-level ``position_ids`` as packed sequences (docs/notes.md).
+
+The post-hook stores what the next decoding step needs on the returned cache object, and teaches the
+cache to reorder it with its rows (beam search).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from .state import MEMORY_ATTR, DecodingMemory, PatchState
+
+__all__ = ["make_pre_hook", "make_post_hook"]
+
+
+def positional_parameter_names(module: nn.Module) -> list[str]:
+    sig = inspect.signature(type(module).forward)
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return [p.name for p in sig.parameters.values() if p.kind in kinds and p.name != "self"]
+
+
+def make_pre_hook(state: PatchState, base: nn.Module, model_config) -> Callable:
+    names = positional_parameter_names(base)
+    accepts_token_types = "token_type_ids" in names
+    embed = base.get_input_embeddings()
+    add_to_embeddings = state.plan.hook == "embeddings"
+    zero_token_types = accepts_token_types and state.plan.family.token_type_ids
+
+    def pre_hook(module, args, kwargs):
+        kw = dict(zip(names, args, strict=False))
+        kw.update(kwargs)
+        input_ids, inputs_embeds = kw.get("input_ids"), kw.get("inputs_embeds")
+        if inputs_embeds is None:
+            if input_ids is None:
+                return None  # let the model raise its own error
+            inputs_embeds = embed(input_ids)
+        use_cache = kw.get("use_cache")
+        if use_cache is None:
+            use_cache = bool(getattr(model_config, "use_cache", False)) and not module.training
+        monitor = state.monitor
+        timer = (monitor.timed(inputs_embeds.shape[0] * inputs_embeds.shape[1], inputs_embeds.device)
+                 if monitor is not None else contextlib.nullcontext())
+        texts, state.next_texts = state.next_texts, None
+        if texts is not None and state.call_texts is None:
+            state.call_texts = texts
+        try:
+            with timer:
+                state.begin_forward(inputs_embeds, input_ids, kw.get("attention_mask"), kw.get("past_key_values"),
+                                    bool(use_cache), getattr(embed, "weight", None))
+        finally:
+            if texts is not None and state.call_texts is texts:
+                state.call_texts = None
+        if add_to_embeddings:
+            inputs_embeds = inputs_embeds + state.additive(inputs_embeds)
+        kw["inputs_embeds"] = inputs_embeds
+        kw["input_ids"] = None
+        if zero_token_types and kw.get("token_type_ids") is None:
+            kw["token_type_ids"] = torch.zeros(inputs_embeds.shape[:2], dtype=torch.long, device=inputs_embeds.device)
+        return (), kw
+
+    return pre_hook
+
+
+def make_post_hook(state: PatchState) -> Callable:
+    def post_hook(module, args, kwargs, output):
+        cache = getattr(output, "past_key_values", None)
+        if cache is None and isinstance(output, tuple) and len(output) > 1:
+            cache = output[1] if hasattr(output[1], "get_seq_length") else None
+        if cache is not None and state.pending is not None:
+            cache.__dict__[MEMORY_ATTR] = state.pending
+            if "reorder_cache" not in cache.__dict__ and hasattr(type(cache), "reorder_cache"):
+                cache.reorder_cache = _reordering(cache)
+        return None
+
+    return post_hook
+
+
+def _reordering(cache) -> Callable:
+    """Beam search reorders the cache rows; reorder our decoding memory with them."""
+    stock = type(cache).reorder_cache
+
+    def reorder_cache(beam_idx: torch.LongTensor) -> None:
+        stock(cache, beam_idx)
+        mem: DecodingMemory | None = cache.__dict__.get(MEMORY_ATTR)
+        if mem is not None:
+            cache.__dict__[MEMORY_ATTR] = mem.reorder(beam_idx.to(mem.num_real.device))
+
+    return reorder_cache

@@ -1,0 +1,62 @@
+"""Replacement modules: stand-ins for a model's own position table and rotary module that read the
+positions of the current forward from the :class:`~.state.PatchState`.
+
+Shape legend: ``b`` batch, ``n`` new tokens, ``d`` width, ``r`` rotary width.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .state import STATE_ATTR, PatchState, bind_state
+
+__all__ = ["PatchedPositionTable", "PatchedRotary"]
+
+
+class PatchedPositionTable(nn.Module):
+    """Stands in for a learned position table (``nn.Embedding``). Keeps the table as ``weight`` (same
+    parameter, same state-dict key) and returns the positional vectors of the current forward,
+    whatever ``position_ids`` the model passes: ``[b, n, d]`` (or ``[1, 1, d]`` zeros when the
+    scheme adds nothing to the embeddings).
+    """
+
+    def __init__(self, stock: nn.Embedding, state: PatchState) -> None:
+        super().__init__()
+        self.weight = stock.weight
+        self.num_embeddings, self.embedding_dim = stock.num_embeddings, stock.embedding_dim
+        self.padding_idx = stock.padding_idx
+        bind_state(self, state)
+
+    def forward(self, position_ids: torch.Tensor | None = None) -> torch.Tensor:
+        return self.__dict__[STATE_ATTR].additive(self.weight, self.weight)
+
+    def extra_repr(self) -> str:
+        st = self.__dict__.get(STATE_ATTR)
+        return f"{self.num_embeddings}, {self.embedding_dim}, hf_trajpe={st.describe() if st else 'detached'}"
+
+
+class PatchedRotary(nn.Module):
+    """Stands in for a model's rotary module: ``cos``/``sin`` ``[b, n, r]`` at the positions of the
+    current forward (fractional for trajectory), or the identity rotation (``cos=1, sin=0``) when the
+    scheme does not rotate. Keeps the stock module (its non-persistent ``inv_freq``) as ``stock``.
+    """
+
+    def __init__(self, stock: nn.Module, state: PatchState) -> None:
+        super().__init__()
+        self.stock = stock
+        bind_state(self, state)
+
+    def forward(self, x: torch.Tensor, position_ids: torch.Tensor | None = None):
+        st: PatchState = self.__dict__[STATE_ATTR]
+        positions = st.step.positions
+        inv_freq = self.stock.inv_freq
+        if st.scheme.contributes != "rotary":
+            shape = (1, positions.shape[1], 2 * inv_freq.shape[0])
+            return (torch.ones(shape, dtype=x.dtype, device=x.device),
+                    torch.zeros(shape, dtype=x.dtype, device=x.device))
+        return st.scheme.rotary_cos_sin(positions, inv_freq, self.stock.attention_scaling, x.dtype)
+
+    def extra_repr(self) -> str:
+        st = self.__dict__.get(STATE_ATTR)
+        return f"hf_trajpe={st.describe() if st else 'detached'}"

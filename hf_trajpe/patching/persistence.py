@@ -1,0 +1,94 @@
+"""Saving and reloading a patch: ``hf_trajpe_config.json`` plus ``hf_trajpe_state.safetensors`` (the
+learnable state, if any) beside the weights. This module is the only writer and reader of both files.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from torch import nn
+
+from .config import PatchConfig
+
+__all__ = ["MODULE_NAME", "STATE_NAME", "save_patch", "load_patch", "from_pretrained", "make_save_pretrained"]
+
+#: file of the patch's learnable state (the strength, ...)
+STATE_NAME = "hf_trajpe_state.safetensors"
+#: name of the state module on a patched model (``model.hf_trajpe``)
+MODULE_NAME = "hf_trajpe"
+
+
+def make_save_pretrained(model: nn.Module, attn_stock: str) -> Callable:
+    stock_save = type(model).save_pretrained
+
+    def save_pretrained(save_directory, *args, **kwargs):
+        """Stock ``save_pretrained`` (weights and config exactly as unpatched) plus
+        ``hf_trajpe_config.json`` and the patch state; reload with ``hf_trajpe.from_pretrained``."""
+        state_dict = kwargs.get("state_dict")
+        if state_dict is not None:
+            prefix = MODULE_NAME + "."
+            kwargs["state_dict"] = {k: v for k, v in state_dict.items() if not k.startswith(prefix)}
+        state = model._modules.pop(MODULE_NAME)
+        attn_now = model.config._attn_implementation
+        model.config._attn_implementation_internal = attn_stock
+        try:
+            stock_save(model, save_directory, *args, **kwargs)
+        finally:
+            model.config._attn_implementation_internal = attn_now
+            model._modules[MODULE_NAME] = state
+        if kwargs.get("is_main_process", True):
+            save_patch(model, save_directory)
+
+    return save_pretrained
+
+
+def save_patch(model: nn.Module, directory: str | os.PathLike) -> None:
+    """Write ``hf_trajpe_config.json`` (and the learnable state, if any) into ``directory``."""
+    from .api import get_handle
+
+    handle = get_handle(model)
+    if handle is None:
+        raise ValueError("this model is not patched by hf_trajpe; nothing to save")
+    handle.config.save(directory)
+    tensors = {k: v.detach().contiguous().cpu() for k, v in handle.state.state_dict().items()}
+    path = os.path.join(directory, STATE_NAME)
+    if tensors:
+        from safetensors.torch import save_file
+
+        save_file(tensors, path)
+    elif os.path.exists(path):
+        os.remove(path)
+
+
+def load_patch(model: nn.Module, directory: str | os.PathLike):
+    """Patch a freshly loaded stock model as saved in ``directory``: the Auto class plus this call."""
+    from .api import patch
+
+    handle = patch(model, PatchConfig.load(directory))
+    path = os.path.join(directory, STATE_NAME)
+    if os.path.exists(path):
+        from safetensors.torch import load_file
+
+        handle.state.load_state_dict(load_file(path, device=str(next(model.parameters()).device)))
+    return handle
+
+
+def from_pretrained(directory: str | os.PathLike, model_class=None, **kwargs) -> nn.Module:
+    """Load a model saved from a patched model, patched again (``kwargs`` go to ``from_pretrained``).
+
+    ``model_class`` defaults to the class named in ``config.json``'s ``architectures``.
+    """
+    import transformers
+
+    if model_class is None:
+        config = transformers.AutoConfig.from_pretrained(directory)
+        archs = getattr(config, "architectures", None) or []
+        if not archs or not hasattr(transformers, archs[0]):
+            raise ValueError(
+                f"cannot tell the model class from {directory!r} (architectures={archs}); pass model_class="
+            )
+        model_class = getattr(transformers, archs[0])
+    model = model_class.from_pretrained(directory, **kwargs)
+    load_patch(model, directory)
+    return model

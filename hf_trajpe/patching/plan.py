@@ -1,0 +1,183 @@
+"""Resolve once: the user's options and the model become one validated :class:`PatchPlan`.
+
+:func:`resolve_plan` is the only place that decides which scheme runs, on which base, read how,
+within which limits, hooked where; the state, replacement modules and attention functions trust the
+plan and never check options again. Every refusal happens here, before the model is touched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+from torch import nn
+
+from ..strength import make_strength
+from .config import PatchConfig
+from .families import FamilyAdapter, get_adapter
+from .schemes import check_interpolation, get_scheme
+
+__all__ = ["ATTENTION_NAMES", "STATIC_ROPE_TYPES", "PatchPlan", "resolve_plan", "get_path"]
+
+#: rotary types whose frequencies are fixed at init (dynamic ones rescale inside the stock forward)
+STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
+#: our attention implementation name for each stock one we wrap
+ATTENTION_NAMES = {"eager": "hf_trajpe_eager", "sdpa": "hf_trajpe_sdpa", "flex_attention": "hf_trajpe_flex"}
+
+
+def get_path(root: nn.Module, path: str) -> tuple[nn.Module, str, nn.Module]:
+    """``(parent, attribute name, module)`` of a dotted submodule path."""
+    parts = path.split(".")
+    parent = root
+    for p in parts[:-1]:
+        parent = getattr(parent, p)
+    return parent, parts[-1], getattr(parent, parts[-1])
+
+
+@dataclass(frozen=True)
+class PatchPlan:
+    """What a patch will do, decided once.
+
+    - ``scheme``: the positional scheme that runs (the base, for trajectory); ``trajectory``: whether
+      positions come from the trajectory source instead of integer ranks.
+    - ``interpolation``: how the scheme is read at fractional positions; ``None`` for integer positions.
+    - ``max_positions``: the position range of the plan (trajectory clamps to it, tables are built to it);
+      ``hard_limit``: the most positions a sequence may need, or ``None`` for no limit.
+    - ``hook``: where the scheme enters the model: ``table`` (the learned table's replacement),
+      ``rotary`` (the rotary module's replacement), ``embeddings`` (added to the input embeddings),
+      ``attention`` (our attention function), or ``none``.
+    """
+
+    config: PatchConfig
+    family: FamilyAdapter
+    scheme: str
+    trajectory: bool
+    interpolation: str | None
+    causal: bool
+    width: int
+    table_offset: int
+    max_positions: int
+    hard_limit: int | None
+    hook: str
+    attn_stock: str
+    sinusoid_scale: float
+    rope_theta: float
+
+    @property
+    def uses_attention(self) -> bool:
+        """Whether our attention functions must run (a bias, or a rotation on a model without a rotary module)."""
+        return self.hook == "attention"
+
+    def describe(self) -> str:
+        c = self.config
+        if self.trajectory:
+            return f"trajectory on {self.scheme} (strength={c.strength}, beta={c.beta})"
+        return c.encoding if c.encoding != "native" else f"native ({self.scheme})"
+
+
+def embedding_matched_scale(model: nn.Module) -> float:
+    """The sinusoid amplitude whose RMS equals the RMS of the token embedding matrix.
+
+    An interleaved unit sinusoid has RMS ``1/sqrt(2)`` over its width, hence the ``sqrt(2)``."""
+    weight = model.get_input_embeddings().weight.detach()
+    rms = weight.float().pow(2).mean().sqrt().item()
+    if not math.isfinite(rms) or rms <= 0:
+        raise ValueError(f"cannot match the sinusoid to token embeddings of RMS {rms}; pass a number as sinusoid_scale")
+    return math.sqrt(2.0) * rms
+
+
+def _hook(scheme_cls, family: FamilyAdapter) -> str:
+    provides = family.provides
+    if scheme_cls.contributes == "additive":
+        return "table" if "table" in provides else "embeddings"
+    if scheme_cls.contributes == "rotary":
+        return "rotary" if "rotary" in provides else "attention"
+    if scheme_cls.contributes == "bias":
+        return "attention"
+    return "none"
+
+
+def resolve_plan(config: PatchConfig, model: nn.Module) -> PatchPlan:
+    """Check ``config`` against ``model`` (a transformers ``PreTrainedModel``) and decide everything.
+
+    Raises ``NotImplementedError`` for what the model cannot do (family, attention implementation,
+    rotary type) and ``ValueError`` for options that do not fit it; returns the plan otherwise. The
+    model is not modified.
+    """
+    model_config = model.config
+    family = get_adapter(model_config.model_type)
+    base = model.base_model
+    if config.encoding not in family.encodings:
+        raise ValueError(
+            f"{family.name} does not support encoding {config.encoding!r}; supported: {', '.join(family.encodings)}"
+        )
+    trajectory = config.encoding == "trajectory"
+    if trajectory:
+        if config.base is not None and config.base not in family.trajectory_bases:
+            raise ValueError(
+                f"{family.name} does not support trajectory on {config.base!r}; supported bases: "
+                f"{', '.join(family.trajectory_bases)}"
+            )
+        name = config.base or family.native
+    else:
+        name = family.native if config.encoding == "native" else config.encoding
+    scheme_cls = get_scheme(name)
+    causal = bool(family.causal(model_config))
+    if not scheme_cls.bidirectional and not causal:
+        raise ValueError(f"{name} is defined for causal attention only; this {family.name} model is bidirectional")
+    interpolation = check_interpolation(name, config.interpolation) if trajectory else None
+
+    # limits: the learned table's rows, or the configured / model's maximum
+    table_offset = int(family.table_offset(model_config)) if family.table_path else 0
+    table_rows = None
+    if family.table_path:
+        table_rows = get_path(base, family.table_path)[2].num_embeddings - table_offset
+    own_limit = table_rows if table_rows is not None else int(model_config.max_position_embeddings)
+    if config.max_positions is not None and name == "learned" and config.max_positions > table_rows:
+        raise ValueError(
+            f"max_positions={config.max_positions} exceeds the learned table ({table_rows} rows); to run "
+            "longer sequences patch to 'rope', 'alibi', 'sinusoidal' or 'none' (or trajectory on those)"
+        )
+    max_positions = config.max_positions or own_limit
+    # hard limit on integer positions: a learned table's rows, or what the user configured for a table
+    # family (its config states the table size); rotary families keep stock behaviour
+    if name == "learned":
+        hard_limit = table_rows
+    elif family.table_path or config.max_positions is not None:
+        hard_limit = max_positions
+    else:
+        hard_limit = None
+
+    hook = _hook(scheme_cls, family)
+    attn_stock = model_config._attn_implementation
+    if hook == "attention" and attn_stock not in ATTENTION_NAMES:
+        desc = f"trajectory on {name}" if trajectory else config.encoding
+        raise NotImplementedError(
+            f"{desc} needs a bias or rotary inside attention, available for attention implementations "
+            f"{', '.join(ATTENTION_NAMES)}; this model uses {attn_stock!r} "
+            "(load it with attn_implementation='sdpa' or 'eager')"
+        )
+    if family.rotary_path:
+        rotary = get_path(base, family.rotary_path)[2]
+        rope_type = getattr(rotary, "rope_type", "default")
+        if rope_type not in STATIC_ROPE_TYPES:
+            raise NotImplementedError(
+                f"rope_type {rope_type!r} rescales frequencies at run time; supported rope types: "
+                f"{', '.join(STATIC_ROPE_TYPES)}"
+            )
+    if config.sinusoid_scale == "embeddings":
+        config = dataclasses.replace(config, sinusoid_scale=embedding_matched_scale(model))
+    plan = PatchPlan(
+        config=config, family=family, scheme=name, trajectory=trajectory, interpolation=interpolation,
+        causal=causal, width=int(model_config.hidden_size), table_offset=table_offset,
+        max_positions=max_positions, hard_limit=hard_limit, hook=hook, attn_stock=attn_stock,
+        sinusoid_scale=float(config.sinusoid_scale), rope_theta=float(config.rope_theta),
+    )
+    scheme_cls.check_model(plan)
+    return plan
+
+
+def plan_strength(plan: PatchPlan) -> nn.Module | None:
+    """The strength module of a trajectory plan (validated when the config was built)."""
+    return make_strength(plan.config.strength, plan.config.learnable_strength) if plan.trajectory else None

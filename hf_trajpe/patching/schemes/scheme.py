@@ -1,0 +1,124 @@
+"""The interface every positional scheme implements, and the registry the engine looks them up in.
+
+A scheme declares what it contributes to a forward and what it can do; the engine (plan, state,
+replacement modules, attention functions) only asks these questions, never a scheme's name. Adding a
+scheme is one module with a subclass of :class:`Scheme` decorated with :func:`register_scheme`.
+
+What a scheme contributes (``contributes``):
+
+- ``"additive"``: a vector added to the token embeddings (``additive``),
+- ``"rotary"``: a rotation of queries and keys (``rotary_cos_sin``),
+- ``"bias"``: a bias on the attention scores (``attention_bias``),
+- ``"nothing"``: no positional signal at all (NoPE).
+
+Shape legend: ``b`` batch, ``n`` new tokens, ``t`` all key positions (cache + new), ``h`` heads,
+``d`` model width, ``r`` rotary width.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+import torch
+from torch import nn
+
+if TYPE_CHECKING:
+    from ..plan import PatchPlan
+
+__all__ = ["CONTRIBUTIONS", "SCHEMES", "Scheme", "register_scheme", "get_scheme", "check_interpolation"]
+
+CONTRIBUTIONS = ("additive", "rotary", "bias", "nothing")
+#: name -> scheme class, in registration order (the order in which errors list them)
+SCHEMES: dict[str, type[Scheme]] = {}
+
+
+class Scheme(nn.Module):
+    """One positional scheme, built for one patched model from its resolved :class:`PatchPlan`.
+
+    Class attributes declare capabilities; the plan checks a request against them once, so the
+    methods below can trust their inputs. A scheme is an ``nn.Module`` so that tables it builds move
+    with the model (as non-persistent buffers) and learned parameters, if a scheme has any, are saved
+    with the patch state.
+    """
+
+    name: ClassVar[str]
+    contributes: ClassVar[str]
+    #: can be asked for by name as an encoding (the learned table cannot be put on a model without one)
+    selectable: ClassVar[bool] = True
+    #: reads fractional positions, hence can be a base of trajectory
+    fractional: ClassVar[bool] = False
+    #: how it is read at fractional positions; the first is the default
+    interpolations: ClassVar[tuple[str, ...]] = ("exact",)
+    #: why another interpolation is refused (the message of the error)
+    interpolation_advice: ClassVar[str] = ""
+    #: works on bidirectional (encoder) models as well as causal ones
+    bidirectional: ClassVar[bool] = True
+
+    def __init__(self, plan: PatchPlan) -> None:
+        super().__init__()
+        self.plan = plan
+
+    # -- what a model must offer ------------------------------------------------------------------
+    @classmethod
+    def supported_by(cls, provides: frozenset[str]) -> bool:
+        """Whether a model family offering ``provides`` (``table``, ``rotary``, ``attention``) can carry
+        this scheme. Additive vectors can always be added to the input embeddings."""
+        if cls.contributes == "rotary":
+            return "rotary" in provides or "attention" in provides
+        if cls.contributes == "bias":
+            return "attention" in provides
+        return True
+
+    @classmethod
+    def check_model(cls, plan: PatchPlan) -> None:
+        """Refuse a model this scheme cannot run on (beyond ``supported_by``); default: accept."""
+
+    # -- contributions (the engine calls only the one matching ``contributes``) ---------------------
+    def additive(self, positions: torch.Tensor, table: torch.Tensor | None) -> torch.Tensor:
+        """Vectors ``[b, n, d]`` at ``positions`` ``[b, n]``; ``table`` is the model's own position table
+        (``[rows, d]``) where it has one."""
+        raise NotImplementedError
+
+    def rotary_cos_sin(self, positions: torch.Tensor, inv_freq: torch.Tensor, attention_scaling: float,
+                       dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """``cos``/``sin`` ``[b, n, r]`` at ``positions`` for frequencies ``inv_freq`` ``[r / 2]``."""
+        raise NotImplementedError
+
+    def attention_bias(self, num_heads: int, query_positions: torch.Tensor, key_positions: torch.Tensor,
+                       dtype: torch.dtype) -> torch.Tensor:
+        """Bias ``[b, h, n, t]`` added to the attention scores."""
+        raise NotImplementedError
+
+    def extra_repr(self) -> str:
+        return self.name
+
+
+def register_scheme(cls: type[Scheme]) -> type[Scheme]:
+    """Class decorator: make a scheme known to :func:`hf_trajpe.patch` under ``cls.name``."""
+    if cls.contributes not in CONTRIBUTIONS:
+        raise ValueError(f"scheme {cls.__name__} contributes {cls.contributes!r}; expected one of {CONTRIBUTIONS}")
+    if cls.name in SCHEMES and SCHEMES[cls.name] is not cls:
+        raise ValueError(f"a scheme named {cls.name!r} is already registered ({SCHEMES[cls.name].__name__})")
+    if not cls.interpolations:
+        raise ValueError(f"scheme {cls.__name__} declares no interpolation mode")
+    SCHEMES[cls.name] = cls
+    return cls
+
+
+def get_scheme(name: str) -> type[Scheme]:
+    try:
+        return SCHEMES[name]
+    except KeyError:
+        raise ValueError(f"unknown positional scheme {name!r}; known: {', '.join(SCHEMES)}") from None
+
+
+def check_interpolation(scheme: str, mode: str | None) -> str:
+    """The interpolation ``scheme`` is read with at fractional positions: ``mode``, or its default."""
+    cls = get_scheme(scheme)
+    if mode is None:
+        return cls.interpolations[0]
+    if mode not in cls.interpolations:
+        raise ValueError(cls.interpolation_advice or
+                         f"{scheme} is read at fractional positions with {', '.join(cls.interpolations)}, "
+                         f"not {mode!r}")
+    return mode

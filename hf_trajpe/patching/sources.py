@@ -1,0 +1,90 @@
+"""Position sources: where the positions of a forward come from, whatever scheme reads them.
+
+- :class:`RankPositions`: integer positions, the rank of each real token (so padding never moves a
+  real token), continuing after the tokens already in the KV cache.
+- :class:`TrajectoryPositions`: content-dependent fractional positions (docs/spec.md, section 2),
+  continuing from the cached trajectory; they feed any scheme that reads fractional positions.
+
+Both return ``(positions [b, n] float32, real tokens seen per row [b] or None, trajectory past or None)``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from ..cache import DisplacementCache, embedding_version
+from ..encodings.trajectory import TrajectoryPast, trajectory_positions
+from ..strength import AutoStrength
+
+if TYPE_CHECKING:
+    from .state import DecodingMemory, PatchState
+
+__all__ = ["RankPositions", "TrajectoryPositions"]
+
+
+class RankPositions:
+    """Integer positions: ranks of the real tokens."""
+
+    def __call__(self, state: PatchState, embeddings: torch.Tensor, input_ids, mask, memory: DecodingMemory | None,
+                 use_cache: bool, embedding_weight) -> tuple[torch.Tensor, torch.Tensor, None]:
+        b, n = embeddings.shape[:2]
+        device = embeddings.device
+        real = torch.ones(b, n, dtype=torch.bool, device=device) if mask is None else mask.bool()
+        rank = real.to(torch.int64).cumsum(dim=1) - 1
+        if memory is not None:
+            rank = rank + memory.num_real.to(device)[:, None]
+        positions = torch.where(real, rank, 0).to(torch.float32)
+        num_real = real.sum(dim=1) + (memory.num_real.to(device) if memory is not None else 0)
+        return positions, num_real, None
+
+
+class TrajectoryPositions:
+    """Trajectory positions from the token embeddings, with the plan's strength, beta and limit.
+
+    ``strength="auto"`` needs texts: given per call (``PatchHandle.texts``) or decoded from ``input_ids``
+    with a tokenizer (``PatchHandle.set_tokenizer``). A decoding step (one new token after a cache)
+    keeps the strength of its prompt: one token says nothing about the content.
+    """
+
+    def __init__(self, cache: DisplacementCache | None) -> None:
+        self.displacement_cache = cache
+        #: the last auto strength, reused by decoding steps
+        self.auto_alpha: torch.Tensor | None = None
+
+    def __call__(self, state: PatchState, embeddings: torch.Tensor, input_ids, mask, memory: DecodingMemory | None,
+                 use_cache: bool, embedding_weight) -> tuple[torch.Tensor, torch.Tensor | None, TrajectoryPast | None]:
+        cfg = state.plan.config
+        alpha = self._alpha(state, embeddings.shape[0], input_ids, memory)
+        kwargs = dict(beta=cfg.beta, max_positions=state.plan.max_positions, detach=cfg.detach,
+                      monitor=state.monitor)
+        if (
+            self.displacement_cache is not None
+            and memory is None
+            and (not use_cache or not state.plan.causal)  # a causal model decoding next needs the full state
+            and input_ids is not None
+            and not (torch.is_tensor(alpha) and alpha.requires_grad)
+        ):
+            version = embedding_version(embedding_weight) if embedding_weight is not None else None
+            positions = self.displacement_cache.positions(input_ids, embeddings, mask, alpha, version=version,
+                                                          **kwargs)
+            return positions, None, None
+        positions, past = trajectory_positions(
+            embeddings, mask, alpha, past=memory.trajectory if memory is not None else None, return_past=True,
+            **kwargs,
+        )
+        return positions, past.num_real, past
+
+    def _alpha(self, state: PatchState, b: int, input_ids, memory) -> torch.Tensor:
+        strength = state.strength
+        texts = state.call_texts
+        if isinstance(strength, AutoStrength) and texts is None:
+            if memory is not None and self.auto_alpha is not None and self.auto_alpha.numel() in (1, b):
+                return self.auto_alpha  # a decoding step keeps its prompt's strength
+            if state.tokenizer is not None and input_ids is not None:
+                texts = state.tokenizer.batch_decode(input_ids, skip_special_tokens=True)
+        alpha = strength(b, texts)
+        if isinstance(strength, AutoStrength):
+            self.auto_alpha = alpha
+        return alpha
