@@ -70,7 +70,9 @@ def strength_tensor(strength: float | torch.Tensor, batch: int, device: torch.de
         if strength.is_inference() or getattr(strength, _CHECKED_VERSION, None) != strength._version:
             ok = (s >= 0) & (s <= 1)  # False for NaN and +-inf too
             if not bool(ok.all()):
-                raise ValueError(f"strength values must lie in [0, 1] (docs/spec.md, section 2), got {strength.tolist()}")
+                raise ValueError(
+                    f"strength values must lie in [0, 1] (docs/spec.md, section 2.12), got {strength.tolist()}"
+                )
             if not strength.is_inference():
                 setattr(strength, _CHECKED_VERSION, strength._version)
         return s.reshape(-1, 1).expand(batch, 1)
