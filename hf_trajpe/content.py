@@ -1,4 +1,4 @@
-"""A heuristic detector of SPEC section 3's content types, for ``strength="auto"``.
+"""A heuristic detector of the content types (docs/spec.md, section 3), for ``strength="auto"``.
 
 Rules, tried in this order on the text of one sequence (first match wins):
 

@@ -1,9 +1,9 @@
 """Max error of the seed design's table interpolation (linear, cubic) and of float32 ``exact``
-against a float64 evaluation of the sinusoidal formula, positions 0..8191, d=512 (SPEC section 2).
+against a float64 evaluation of the sinusoidal formula, positions 0..8191, d=512 (docs/spec.md, section 2.7).
 
     python3 scripts/interpolation_error.py [--steps-per-position 16] [--dim 512]
 
-Prints a Markdown table (docs/interpolation.md holds its output).
+Prints a Markdown table (docs/encodings.md, "Interpolation error", holds its output).
 """
 
 from __future__ import annotations

@@ -62,7 +62,7 @@ def test_table_modes_agree_with_exact_within_documented_error():
     exact = torch.from_numpy(reference.sinusoidal(pos.numpy(), 512))
     err = {m: (table(pos.float(), m).double() - exact).abs() for m in ("linear", "cubic", "exact")}
     interior = (pos > 1) & (pos < 8190)
-    # docs/interpolation.md: linear 0.122; cubic 0.0216 inside, 0.061 in the end intervals
+    # docs/encodings.md: linear 0.122; cubic 0.0216 inside, 0.061 in the end intervals
     assert err["exact"].max() < 1e-3
     assert err["linear"].max() < 0.125
     assert err["cubic"].max() < 0.065

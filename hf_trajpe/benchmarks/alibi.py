@@ -1,7 +1,7 @@
 """ALiBi at long context (4,096 tokens) against the stock model's causal SDPA, time and memory.
 
 The small Llama (RoPE, causal SDPA: the fused causal kernel, no mask materialised) against itself
-patched to ALiBi, whose bias ``[b, h, n, n]`` goes to SDPA as a float mask (TRAPS.md: the causal
+patched to ALiBi, whose bias ``[b, h, n, n]`` goes to SDPA as a float mask (docs/notes.md, section 6: the causal
 fast path is lost). Forward time is measured side by side; peak memory (see memory.py) of a
 forward and of a training step (forward with LM loss + backward).
 """

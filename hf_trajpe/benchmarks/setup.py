@@ -1,7 +1,7 @@
 """What the model benchmarks share: sizes, the two model configs, the encodings compared, patching.
 
 Models are built from transformers configs with random weights (offline; speed and memory do not
-depend on the weights) and dropout 0 (TRAPS.md: GPT-2's default dropout dominates a CPU step).
+depend on the weights) and dropout 0 (docs/notes.md, section 4: GPT-2's default dropout dominates a CPU step).
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
 
 @dataclass(frozen=True)
 class Size:
-    """Shapes and repeats of one benchmark size (``tiny``: the smoke test; ``default``: the issue's)."""
+    """Shapes and repeats of one benchmark size (``tiny``: the smoke test; ``default``: GPT-2 small and
+    a 4-layer Llama at 512 tokens)."""
 
     name: str
     encoding_batch: int

@@ -1,6 +1,6 @@
-"""Run the benchmarks, collect one JSON-able result with the machine, and check the issue's targets.
+"""Run the benchmarks, collect one JSON-able result with the machine, and check the cost targets.
 
-Targets (issue 6), each checked on the side-by-side figures of the same run:
+Targets (docs/spec.md, section 6), each checked on the side-by-side figures of the same run:
 
 - a training step of a trajectory-patched model: at most 3% slower than stock (paired ratio <= 1.03);
 - per-token greedy decoding with the KV cache: at most 3% slower (paired ratio <= 1.03);

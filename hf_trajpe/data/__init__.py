@@ -1,4 +1,4 @@
-"""Content-type datasets (SPEC section 3) and tokenization helpers.
+"""Content-type datasets (docs/spec.md, section 3) and tokenization helpers.
 
 Seven types, registered by name in :data:`CONTENT_TYPE_REGISTRY` (one module each). See
 ``docs/data.md`` for how each is made, with examples.

@@ -1,4 +1,4 @@
-"""``circular_patterns``: periodic recurrence (SPEC section 3).
+"""``circular_patterns``: periodic recurrence (docs/spec.md, section 3).
 
 Three formats (the ``source`` column names it and the period):
 

@@ -1,4 +1,4 @@
-"""``code_hierarchy``: nested code (SPEC section 3): real Python source, plus generated nested JSON.
+"""``code_hierarchy``: nested code (docs/spec.md, section 3): real Python source, plus generated nested JSON.
 
 **Python (real text):** the Python standard library's own ``.py`` files on this machine
 (``sysconfig.get_paths()["stdlib"]``; ``test``/``tests``/``idlelib``/``lib2to3``/``turtledemo``/

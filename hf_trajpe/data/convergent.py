@@ -1,4 +1,4 @@
-"""``convergent_flow``: many parts reduced into one (SPEC section 3).
+"""``convergent_flow``: many parts reduced into one (docs/spec.md, section 3).
 
 An example is a run of blocks separated by blank lines, each block one of four formats (the
 ``source`` column lists them in order):

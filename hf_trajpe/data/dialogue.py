@@ -1,4 +1,4 @@
-"""``dialogue_structure``: alternating speakers, question and answer turns (SPEC section 3).
+"""``dialogue_structure``: alternating speakers, question and answer turns (docs/spec.md, section 3).
 
 Two speakers alternate strictly, one turn per line, ``Speaker: utterance``. The pair of tags is
 chosen per example: two first names (``Maya:`` / ``Omar:``), ``Q:`` / ``A:``, ``User:`` /

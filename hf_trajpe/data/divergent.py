@@ -1,4 +1,4 @@
-"""``divergent_expansion``: one root expanded into branches (SPEC section 3).
+"""``divergent_expansion``: one root expanded into branches (docs/spec.md, section 3).
 
 A random tree is grown breadth-first from one root (each expanded node gets 2-4 children, labels
 are unique ``adjective noun`` pairs) until its rendering reaches the requested length, then drawn in

@@ -1,4 +1,4 @@
-"""``linear_progression``: items that advance by a steady step (SPEC section 3).
+"""``linear_progression``: items that advance by a steady step (docs/spec.md, section 3).
 
 Every example is a title line, then a body whose leading quantity advances by one constant step.
 Four formats, chosen at random (the ``source`` column names it):

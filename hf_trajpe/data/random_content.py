@@ -1,4 +1,4 @@
-"""``random_content``: uniform random tokens, the control where no encoding should help (SPEC 3).
+"""``random_content``: uniform random tokens, the control where no encoding should help (docs/spec.md, section 3).
 
 Each example is ``min_chars`` to ``1.25 * min_chars`` characters drawn independently and uniformly
 from the 95 printable ASCII characters (space to ``~``). With the byte-level tokenizer every

@@ -1,4 +1,4 @@
-"""The registry of content types (SPEC section 3): one entry per type, keyed by name.
+"""The registry of content types (docs/spec.md, section 3): one entry per type, keyed by name.
 
 A content type is a :class:`ContentType`: its name, a one-line description, how its text is made
 (``origin``) and ``make_splits(sizes, seed, min_chars, progress)``, which returns
@@ -42,7 +42,7 @@ def register(content_type: ContentType) -> ContentType:
 
 
 def names() -> list[str]:
-    """Registered names, SPEC section 3's seven first (in its order), then any others."""
+    """Registered names, the seven of docs/spec.md, section 3, first (in its order), then any others."""
     from ..content import CONTENT_TYPES
 
     return [n for n in CONTENT_TYPES if n in CONTENT_TYPE_REGISTRY] + sorted(

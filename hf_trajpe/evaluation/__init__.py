@@ -1,4 +1,4 @@
-"""Evaluation on the content types (SPEC section 4): per-type cross-entropy, perplexity and token
+"""Evaluation on the content types (docs/spec.md, section 4): per-type cross-entropy, perplexity and token
 accuracy, deltas against a baseline with bootstrap intervals, length extrapolation, and reports
 (JSON, Markdown, PNG). See ``docs/evaluation.md``.
 
@@ -8,7 +8,8 @@ matplotlib are imported when used.
 
 from .bootstrap import bootstrap_ci, delta_pct, delta_with_intervals, percentile_interval
 from .claims import CLAIMED_IMPROVEMENT, CLAIMED_STRENGTH, HARNESS_PROBLEM, verdict
-from .evaluate_models import EvaluationResult, content_streams, evaluate_models, load_model
+from .evaluate_models import EvaluationResult, content_streams, evaluate_models, load_model, paired_deltas
+from .masking import lm_inputs, mask_tokens
 from .metrics import load_metric, metric_path
 from .report import write_report
 from .scoring import Scores, detect_mode, mask_blocks, score_blocks
@@ -26,9 +27,12 @@ __all__ = [
     "detect_mode",
     "evaluate_models",
     "load_metric",
+    "lm_inputs",
     "load_model",
     "mask_blocks",
+    "mask_tokens",
     "metric_path",
+    "paired_deltas",
     "percentile_interval",
     "score_blocks",
     "verdict",

@@ -1,4 +1,4 @@
-"""Percentile bootstrap intervals, and the perplexity delta of SPEC section 4 with its intervals.
+"""Percentile bootstrap intervals, and the perplexity delta of docs/spec.md, section 4.2, with its intervals.
 
 Delta of an encoding against a baseline, in percent: ``(ppl_base - ppl_enc) / ppl_base * 100``
 (positive = the encoding is better). A model's perplexity is the mean over its training seeds of

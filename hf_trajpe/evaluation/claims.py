@@ -1,10 +1,10 @@
-"""The seed design's claimed ranges (SPEC section 4; claims, not facts) and the verdict per row.
+"""The seed design's claimed ranges (docs/spec.md, section 4.6; claims, not facts) and the verdict per row.
 
 Verdict of a measured delta's 95% interval ``[lo, hi]`` against a claimed range ``[a, b]`` (percent):
 
 - ``lo <= 0 <= hi``: "no significant difference";
 - on ``random_content``, ``lo > 0``: "HARNESS PROBLEM" (no encoding can help on uniform random
-  tokens; a measured improvement means the evaluation is broken, SPEC section 4);
+  tokens; a measured improvement means the evaluation is broken, docs/spec.md, section 4.5);
 - ``hi < a``: "below the claim" (``hi < 0``: the encoding is significantly worse than the baseline);
 - ``lo > b``: "above the claim";
 - otherwise the interval overlaps the claimed range: "within the claim".

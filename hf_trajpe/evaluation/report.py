@@ -107,8 +107,9 @@ def markdown_report(data: dict, charts: dict[str, str] | None = None) -> str:
     if charts:
         lines += ["## Charts", ""] + [f"![{title}]({path})" for title, path in charts.items()] + [""]
     lines += ["## How to read the verdicts", "",
-              "The claimed ranges are the seed design's claims (SPEC section 4), not facts. Verdict of the 95% "
-              "interval [lo, hi] of the measured delta against the claimed range [a, b]: CI contains 0 -> "
+              "The claimed ranges are the seed design's claims (docs/spec.md, section 4.6), not facts. "
+              "Verdict of the 95% interval [lo, hi] of the measured delta against the claimed range [a, b]: "
+              "CI contains 0 -> "
               "*no significant difference*; hi < a -> *below the claim* (hi < 0: worse than the baseline); "
               "lo > b -> *above the claim*; otherwise the interval overlaps the claim -> *within the claim*. "
               "On `random_content` any significant improvement is flagged as a harness problem.", ""]

@@ -1,4 +1,4 @@
-"""Bootstrap intervals cover known cases; verdicts follow the rules of SPEC section 4."""
+"""Bootstrap intervals cover known cases; verdicts follow the rules of docs/spec.md, section 4.4."""
 
 from __future__ import annotations
 

@@ -45,7 +45,7 @@ def test_metrics_load_from_the_package_folder_not_the_hub():
         path = metric_path(name)
         assert (path / f"{name}.py").exists()
         imports = [line for line in (path / f"{name}.py").read_text().splitlines() if line.startswith("import ")]
-        assert all("," not in line for line in imports)  # evaluate parses one import per line (TRAPS)
+        assert all("," not in line for line in imports)  # one import per line: docs/notes.md, section 7
 
 
 def test_causal_scoring_matches_hand_computation():

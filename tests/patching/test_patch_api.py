@@ -201,7 +201,7 @@ def test_displacement_cache_never_changes_results(family):
 
 
 def test_fractional_positions_never_reach_the_model_forward():
-    """TRAPS.md: fractional position_ids at the top level turn the mask block-diagonal. The patched
+    """docs/notes.md, section 3: fractional position_ids at the top level turn the mask block-diagonal. The patched
     model must compute the same logits whatever position_ids the caller passes."""
     model = build("llama")
     ids = random_ids(10, b=1)
@@ -213,7 +213,7 @@ def test_fractional_positions_never_reach_the_model_forward():
 
 @pytest.mark.slow
 def test_flex_attention_forward_where_it_runs():
-    """About 20 s on 2 CPU cores (flex compiles); CPU has no flex backward (TRAPS.md)."""
+    """About 20 s on 2 CPU cores (flex compiles); CPU has no flex backward (docs/notes.md, section 5)."""
     model = build("llama", "flex_attention")
     ids = random_ids(8, b=1)
     try:

@@ -1,4 +1,4 @@
-"""The patch exposes a SPEC section 5 monitor; the learnable strength is shardable (FSDP2)."""
+"""The patch exposes the monitor of docs/spec.md, section 5; the learnable strength is shardable (FSDP2)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Loading a metric by name (``evaluate.load("accuracy")``) goes to the Hub and fails offline; these
 load from their folder: ``evaluate.load(str(metric_path("token_accuracy")))``. The module files keep
-one import per line: evaluate parses them to check requirements (TRAPS.md).
+one import per line: evaluate parses them to check requirements (docs/notes.md, section 7).
 """
 
 from __future__ import annotations
