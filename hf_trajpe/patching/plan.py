@@ -65,6 +65,11 @@ class PatchPlan:
     rope_theta: float
 
     @property
+    def key_positions(self) -> bool:
+        """Whether each forward keeps the positions of all keys (for a scheme applied inside attention)."""
+        return self.uses_attention and get_scheme(self.scheme).needs_key_positions
+
+    @property
     def uses_attention(self) -> bool:
         """Whether our attention functions must run (a bias, or a rotation on a model without a rotary module)."""
         return self.hook == "attention"

@@ -154,7 +154,7 @@ class PatchState(nn.Module):
         positions, num_real, past = self.source(self, embeddings, input_ids, mask, memory, use_cache,
                                                 embedding_weight)
         key_positions = None
-        if self.plan.uses_attention:
+        if self.plan.key_positions:
             key_positions = positions
             if memory is not None:
                 key_positions = torch.cat((memory.key_positions, positions), dim=1)

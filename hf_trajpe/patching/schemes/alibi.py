@@ -18,6 +18,7 @@ class Alibi(Scheme):
     fractional = True
     interpolations = ("exact",)
     interpolation_advice = "ALiBi is linear in position, hence always exact: use interpolation 'exact'"
+    needs_key_positions = True
 
     def attention_bias(self, num_heads: int, query_positions: torch.Tensor, key_positions: torch.Tensor,
                        dtype: torch.dtype) -> torch.Tensor:

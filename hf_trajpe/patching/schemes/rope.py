@@ -21,6 +21,7 @@ class Rope(Scheme):
     contributes = "rotary"
     fractional = True
     interpolations = ("exact", "linear", "cubic")
+    needs_key_positions = True
 
     def __init__(self, plan) -> None:
         super().__init__(plan)

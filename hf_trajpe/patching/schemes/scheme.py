@@ -53,6 +53,8 @@ class Scheme(nn.Module):
     interpolation_advice: ClassVar[str] = ""
     #: works on bidirectional (encoder) models as well as causal ones
     bidirectional: ClassVar[bool] = True
+    #: inside attention, needs the positions of every key (cached ones too), kept across decoding steps
+    needs_key_positions: ClassVar[bool] = False
 
     def __init__(self, plan: PatchPlan) -> None:
         super().__init__()
