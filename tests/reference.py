@@ -1,4 +1,4 @@
-"""Independent NumPy references, written from SPEC section 2's formulas (float64, plain loops where
+"""Independent NumPy references, written from the formulas of docs/spec.md, section 2 (float64, plain loops where
 that is clearest). They never call hf_trajpe."""
 
 from __future__ import annotations
