@@ -36,7 +36,7 @@ from .bootstrap import delta_with_intervals
 from .claims import CLAIMED_IMPROVEMENT, CLAIMED_STRENGTH, verdict
 from .scoring import detect_mode, score_blocks
 
-__all__ = ["EvaluationResult", "evaluate_models", "load_model", "content_streams"]
+__all__ = ["EvaluationResult", "evaluate_models", "load_model", "content_streams", "paired_deltas"]
 
 
 @dataclass
@@ -219,24 +219,31 @@ def evaluate_models(models: Mapping[str, object], baseline: str | None = None, c
 
 
 def _compute_deltas(result: EvaluationResult, baseline: str, n_resamples: int, level: float, seed: int) -> None:
-    base = result.scores[baseline]
-    for name, per_type in result.scores.items():
-        if name == baseline:
-            continue
-        result.deltas[name] = {}
-        for t, per_len in per_type.items():
-            result.deltas[name][t] = {}
-            for length, seeds in per_len.items():
-                b = base[t][length]
-                if isinstance(seeds, str) or isinstance(b, str):
-                    continue
-                d = delta_with_intervals(np.stack([s.nll for s in b]), np.stack([s.count for s in b]),
-                                         np.stack([s.nll for s in seeds]), np.stack([s.count for s in seeds]),
-                                         n_resamples=n_resamples, level=level, seed=seed)
-                d["claimed_improvement"] = CLAIMED_IMPROVEMENT.get(t)
-                d["claimed_best_strength"] = CLAIMED_STRENGTH.get(t)
-                d["verdict"] = verdict(d["ci"], t)
-                result.deltas[name][t][length] = d
+    for name in result.scores:
+        if name != baseline:
+            result.deltas[name] = paired_deltas(result, baseline, name, n_resamples, level, seed)
+
+
+def paired_deltas(result: EvaluationResult, base: str, other: str, n_resamples: int = 2000, level: float = 0.95,
+                  seed: int = 0) -> dict:
+    """``{type: {length: delta}}`` of model ``other`` against model ``base`` of ``result``, paired by
+    seed and test sequence (:func:`~hf_trajpe.evaluation.bootstrap.delta_with_intervals`), with the
+    claimed ranges and the verdict; a length either model skipped is left out."""
+    out: dict = {}
+    for t, per_len in result.scores[other].items():
+        out[t] = {}
+        for length, seeds in per_len.items():
+            b = result.scores[base][t][length]
+            if isinstance(seeds, str) or isinstance(b, str):
+                continue
+            d = delta_with_intervals(np.stack([s.nll for s in b]), np.stack([s.count for s in b]),
+                                     np.stack([s.nll for s in seeds]), np.stack([s.count for s in seeds]),
+                                     n_resamples=n_resamples, level=level, seed=seed)
+            d["claimed_improvement"] = CLAIMED_IMPROVEMENT.get(t)
+            d["claimed_best_strength"] = CLAIMED_STRENGTH.get(t)
+            d["verdict"] = verdict(d["ci"], t)
+            out[t][length] = d
+    return out
 
 
 def _version() -> str:

@@ -7,6 +7,8 @@ Works with any model that takes ``input_ids``/``attention_mask`` and returns ``.
   replaced by ``[MASK]`` and scored. The positions depend only on ``(mask_seed, block index)``, so
   every model sees the same masked blocks.
 
+Inputs and labels come from :func:`~hf_trajpe.evaluation.masking.lm_inputs`, the function training uses.
+
 Token-level values then go to the local ``evaluate`` metrics (``token_cross_entropy``,
 ``token_accuracy``), which give the headline numbers.
 """
@@ -18,11 +20,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .masking import MASK_RATE, lm_inputs, mask_blocks
 from .metrics import load_metric
 
 __all__ = ["MASK_RATE", "Scores", "detect_mode", "mask_blocks", "score_blocks"]
-
-MASK_RATE = 0.15
 
 
 @dataclass
@@ -42,23 +43,6 @@ def detect_mode(model) -> str:
     """``"mlm"`` for a masked-LM head (class name contains ``MaskedLM``), else ``"clm"``."""
     names = [cls.__name__ for cls in type(model).__mro__]
     return "mlm" if any("MaskedLM" in n for n in names) else "clm"
-
-
-def mask_blocks(input_ids: torch.Tensor, mask_token_id: int, special_ids, seed: int = 0,
-                rate: float = MASK_RATE) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(masked_ids, labels)``: labels are -100 except at the masked positions."""
-    masked, labels = input_ids.clone(), torch.full_like(input_ids, -100)
-    special = torch.isin(input_ids, torch.tensor(sorted(set(special_ids)), dtype=input_ids.dtype))
-    for b in range(input_ids.shape[0]):
-        candidates = (~special[b]).nonzero().flatten().numpy()
-        if len(candidates) == 0:
-            continue
-        k = max(1, int(round(rate * len(candidates))))
-        pick = np.random.default_rng([seed, b]).choice(candidates, size=k, replace=False)
-        pick = torch.as_tensor(pick)
-        labels[b, pick] = input_ids[b, pick]
-        masked[b, pick] = mask_token_id
-    return masked, labels
 
 
 def _set_texts(model, tokenizer, ids: torch.Tensor) -> None:
@@ -88,11 +72,7 @@ def score_blocks(model, blocks: torch.Tensor, mode: str | None = None, batch_siz
     nll_seq, count_seq, correct_seq, token_nll, token_pred, token_ref = [], [], [], [], [], []
     for start in range(0, blocks.shape[0], batch_size):
         ids = blocks[start:start + batch_size]
-        if mode == "mlm":
-            inputs, labels = mask_blocks(ids, tokenizer.mask_token_id, tokenizer.all_special_ids,
-                                         seed=mask_seed + start)
-        else:
-            inputs, labels = ids, ids
+        inputs, labels = lm_inputs(ids, mode, tokenizer, seed=mask_seed + start)
         _set_texts(model, tokenizer, ids)
         logits = model(input_ids=inputs.to(device), attention_mask=torch.ones_like(inputs).to(device)).logits
         logits = logits.float().cpu()

@@ -1,4 +1,4 @@
-"""The study (issue 6): train small models from scratch per encoding, evaluate per content type and
+"""The study: train small models from scratch per encoding, evaluate per content type and
 context length, sweep the trajectory strength, report against the seed design's claims.
 
     hf-trajpe study --config configs/study/default.yaml [--quick] [key=value ...]

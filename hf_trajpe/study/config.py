@@ -1,7 +1,10 @@
-"""The study's YAML (``configs/study/*.yaml``) as typed dataclasses, checked before anything trains.
+"""The study's YAML (``configs/study/*.yaml``) as typed dataclasses, checked before anything trains,
+and the experiment config (:mod:`hf_trajpe.training`) each of its runs trains with.
 
-Reuses the experiment config's parser (unknown keys fail naming the closest valid one; dotted
-``key=value`` overrides). A ``quick:`` list of overrides inside the file is the ``--quick`` profile.
+Reuses the experiment config's parser (unknown keys fail naming the closest valid one and the valid
+keys; dotted ``key=value`` overrides), and its checks: the ``model`` section is a transformers config
+checked key by key, and every encoding's experiment config is validated like a recipe's. A ``quick:``
+list of overrides inside the file is the ``--quick`` profile.
 """
 
 from __future__ import annotations
@@ -13,9 +16,10 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..training.config import ConfigError, _from_dict, apply_overrides
+from ..training.config import ConfigError, ExperimentConfig, check_transformers_config, config_from_dict
+from ..training.typed_config import apply_overrides, from_dict
 
-__all__ = ["StudyConfig", "load_study_config", "patch_options", "NATIVE"]
+__all__ = ["StudyConfig", "experiment_config", "load_study_config", "patch_options", "NATIVE"]
 
 #: the encoding name in ``encodings`` that means "the model as built, not patched"
 NATIVE = "native"
@@ -96,13 +100,15 @@ class StudyConfig:
                     raise ConfigError(f"trajectory_pairs: {n!r} is not one of the encodings {list(self.encodings)}")
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise ConfigError(f"seeds: a non-empty list of distinct integers, got {self.seeds}")
-        if "model_type" not in self.model:
-            raise ConfigError("model: a transformers config needs 'model_type' (e.g. gpt2)")
+        check_transformers_config(self.model, "model")
         if self.workers < 1:
             raise ConfigError(f"workers must be >= 1, got {self.workers}")
-        for key in ("steps", "batch_size"):
+        for key in ("steps", "batch_size", "log_every"):
             if getattr(self.train, key) < 1:
                 raise ConfigError(f"train.{key} must be >= 1, got {getattr(self.train, key)}")
+        if not self.train.lr > 0 or self.train.warmup_steps < 0:
+            raise ConfigError(f"train: lr must be > 0 and warmup_steps >= 0, got {self.train.lr} and "
+                              f"{self.train.warmup_steps}")
         if self.eval.max_sequences < 1 or not self.eval.length_multipliers:
             raise ConfigError("eval: max_sequences >= 1 and at least one length multiplier are needed")
         if self.sweep is not None:
@@ -115,6 +121,13 @@ class StudyConfig:
                     raise ConfigError(f"sweep (strength {s}): {err}") from None
             if 0.0 not in self.sweep.strengths:
                 raise ConfigError("sweep.strengths must include 0 (the reference every strength is compared with)")
+        for name, opts in self.encodings.items():  # what the runs train with, checked like a recipe's config
+            try:
+                experiment_config(self, name, patch_options(opts), self.seeds[0], Path(self.output_dir) / name)
+            except ConfigError as err:
+                raise ConfigError(f"encodings.{name}: the experiment config its runs train with (hf_trajpe.training; "
+                                  "train.lr is its optimizer.lr, train.steps its train.max_steps, train.warmup_steps "
+                                  f"its schedule.warmup_steps) is invalid: {err}") from None
         return self
 
     def to_dict(self) -> dict:
@@ -136,6 +149,35 @@ def patch_options(opts: dict) -> dict | None:
     return opts
 
 
+def experiment_config(cfg: StudyConfig, name: str, options: dict | None, seed: int,
+                      output_dir: str | Path) -> ExperimentConfig:
+    """The experiment config one study run trains with (``Trainer`` of :mod:`hf_trajpe.training`, the
+    recipe's loop): the ``model`` transformers config from scratch (causal LM), patched with ``options``
+    (None: the model as built), the content types under ``output_dir/data`` in equal shares (the data
+    folder of the study, its types in alphabetical order) drawn at random with replacement from ``seed``,
+    AdamW with a linear warm-up then linear decay to 10% of ``train.lr``, on the CPU, nothing logged."""
+    from ..data.registry import names
+
+    t = cfg.train
+    encoding = None
+    if options is not None:
+        opts = dict(options)
+        encoding = {"name": opts.pop("encoding"), "options": opts}
+    return config_from_dict({
+        "name": f"{name}_s{seed}", "output_dir": str(output_dir), "seed": seed,
+        "model": {"config": dict(cfg.model), "task": "clm", "tokenizer": cfg.tokenizer},
+        "encoding": encoding,
+        "data": {"path": str(Path(cfg.output_dir) / "data"), "content_types": sorted(names()),
+                 "train": cfg.data.train, "validation": 0, "test": cfg.data.test, "seed": cfg.data.seed,
+                 "block_size": cfg.data.block_size, "balance": True, "order": "random"},
+        "optimizer": {"name": "adamw", "lr": t.lr, "weight_decay": t.weight_decay},
+        "schedule": {"name": "linear", "warmup_steps": t.warmup_steps, "min_lr_ratio": 0.1},
+        "train": {"max_steps": t.steps, "batch_size": t.batch_size, "max_grad_norm": t.max_grad_norm,
+                  "mixed_precision": "no", "log_every": t.log_every, "device": "cpu"},
+        "logging": {"trackers": [], "progress": False},
+    })
+
+
 def load_study_config(path: str | Path, quick: bool = False, overrides: list[str] | None = None) -> StudyConfig:
     """Read a study YAML; ``quick`` applies its ``quick:`` overrides, then ``overrides``."""
     import yaml
@@ -154,6 +196,6 @@ def load_study_config(path: str | Path, quick: bool = False, overrides: list[str
                 raise ConfigError("--quick: this config has no 'quick:' list of overrides")
             data = apply_overrides(data, list(profile))
         data = apply_overrides(data, overrides or [])
-        return _from_dict(StudyConfig, data).validate()
+        return from_dict(StudyConfig, data).validate()
     except ConfigError as err:
         raise ConfigError(f"{path}: {err}") from None

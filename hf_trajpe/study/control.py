@@ -1,4 +1,4 @@
-"""Why a model can "improve" on random content: the diagnosis behind the control (SPEC section 4).
+"""Why a model can "improve" on random content: the diagnosis behind the control (docs/spec.md, section 4.5).
 
 On ``random_content`` (characters drawn uniformly from an alphabet of ``k`` tokens) the best possible
 perplexity is ``k``, whatever the position encoding. A model above that floor loses in two ways,

@@ -12,30 +12,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..evaluation.bootstrap import delta_with_intervals
-from ..evaluation.claims import CLAIMED_IMPROVEMENT, CLAIMED_STRENGTH, CONTROL_TYPE, HARNESS_PROBLEM, verdict
-from ..evaluation.evaluate_models import EvaluationResult
+from ..evaluation.claims import CLAIMED_IMPROVEMENT, CLAIMED_STRENGTH, CONTROL_TYPE, HARNESS_PROBLEM
+from ..evaluation.evaluate_models import EvaluationResult, paired_deltas
 from ..evaluation.report import write_report
 from .config import StudyConfig
 
-__all__ = ["write_study_report", "compare", "best_strength"]
-
-
-def compare(result: EvaluationResult, base: str, other: str, n_resamples: int, level: float) -> dict:
-    """``{type: {length: delta}}`` of ``other`` against ``base`` (paired by seed and test sequence)."""
-    out: dict = {}
-    for t, per_len in result.scores[other].items():
-        out[t] = {}
-        for length, seeds in per_len.items():
-            b = result.scores[base][t][length]
-            if isinstance(seeds, str) or isinstance(b, str):
-                continue
-            d = delta_with_intervals(np.stack([s.nll for s in b]), np.stack([s.count for s in b]),
-                                     np.stack([s.nll for s in seeds]), np.stack([s.count for s in seeds]),
-                                     n_resamples=n_resamples, level=level, seed=0)
-            d["verdict"] = verdict(d["ci"], t)
-            out[t][length] = d
-    return out
+__all__ = ["write_study_report", "best_strength"]
 
 
 def best_strength(per_strength: dict[float, dict], content_type: str) -> dict:
@@ -119,12 +101,13 @@ def write_study_report(cfg: StudyConfig, result: EvaluationResult, summaries: li
     main.meta.update({"training": training, "command": command, "versions": versions})
     paths = write_report(main, out)
 
-    effect = {traj: {"base": base, "deltas": compare(result, base, traj, n_res, level)}
+    effect = {traj: {"base": base, "deltas": paired_deltas(result, base, traj, n_res, level)}
               for traj, base in cfg.trajectory_pairs.items()}
     sweep, best = {}, {}
     if sweep_map:
         ref = sweep_map[0.0]
-        per = {s: (compare(result, ref, name, n_res, level) if name != ref else None) for s, name in sweep_map.items()}
+        per = {s: (paired_deltas(result, ref, name, n_res, level) if name != ref else None)
+               for s, name in sweep_map.items()}
         for ctype in result.meta["content_types"]:
             sweep[ctype] = {s: (per[s][ctype] if per[s] else {}) for s in sweep_map}
             best[ctype] = {str(length): best_strength({s: sweep[ctype][s][length] for s in sweep_map if s != 0.0},

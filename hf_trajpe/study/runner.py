@@ -1,4 +1,5 @@
-"""``run_study``: data, training (in parallel worker processes), evaluation, reports.
+"""``run_study``: data, training (in parallel worker processes, each run through the ``Trainer`` of
+:mod:`hf_trajpe.training`), evaluation, reports.
 
 Finished models are kept under ``output_dir/models`` and reused when the study is run again with the
 same model/data/training settings, so an interrupted study continues where it stopped.
@@ -16,9 +17,9 @@ from pathlib import Path
 
 import torch
 
-from .config import StudyConfig
+from .config import StudyConfig, experiment_config
 from .runs import Run, plan_runs, sweep_names
-from .train import SUMMARY, quiet_transformers, train_run
+from .train import SUMMARY, quiet_libraries, train_run
 
 __all__ = ["run_study", "package_versions"]
 
@@ -57,8 +58,10 @@ def _check_output_dir(cfg: StudyConfig, out: Path) -> None:
 
 
 def prepare_data(cfg: StudyConfig, out: Path, log) -> Path:
-    """The content-type datasets under ``out/data`` and the packed training blocks (equal per type)."""
-    from ..data import load_datasets, load_tokenizer, pack_blocks, save_all
+    """The content-type datasets under ``out/data``, and the training blocks every run trains on
+    (``build_run_data`` of the runs' data section, built once: equal blocks per type) in ``train_blocks.pt``."""
+    from ..data import save_all
+    from ..training import build_run_data, load_run_tokenizer
 
     data_dir, blocks_path = out / "data", out / "train_blocks.pt"
     if not (data_dir / "manifest.json").exists():
@@ -66,14 +69,18 @@ def prepare_data(cfg: StudyConfig, out: Path, log) -> Path:
         save_all(data_dir, sizes={"train": cfg.data.train, "validation": 0, "test": cfg.data.test},
                  seed=cfg.data.seed, progress=False)
     if not blocks_path.exists():
-        tok = load_tokenizer(cfg.tokenizer)
-        per_type = {t: torch.tensor(pack_blocks(dd["train"], tok, cfg.data.block_size)["input_ids"])
-                    for t, dd in load_datasets(data_dir).items()}
-        n = min(len(b) for b in per_type.values())  # every type weighs the same in training
-        blocks = torch.cat([b[:n] for b in per_type.values()])
+        exp = experiment_config(cfg, cfg.baseline, None, cfg.seeds[0], out)
+        blocks = build_run_data(exp.data, load_run_tokenizer(exp.model), exp.model.task).train
         torch.save(blocks, blocks_path)
+        n = len(blocks) // len(exp.data.content_types)
         log(f"{len(blocks)} training blocks of {cfg.data.block_size} tokens ({n} per content type)")
     return blocks_path
+
+
+def _experiment(cfg: StudyConfig, run: Run) -> dict:
+    """The run's experiment config, working in ``<folder>.tmp``."""
+    work = run.folder.with_name(run.folder.name + ".tmp")
+    return experiment_config(cfg, run.name, run.options, run.seed, work).to_dict()
 
 
 def train_all(cfg: StudyConfig, runs: list[Run], blocks_path: Path, log) -> list[dict]:
@@ -86,7 +93,7 @@ def train_all(cfg: StudyConfig, runs: list[Run], blocks_path: Path, log) -> list
     workers = min(cfg.workers, len(todo))
     threads = max(1, _cpus() // workers)
     log(f"training {len(todo)} models, {workers} at a time ({threads} thread(s) each)")
-    args = (cfg.model, vars(cfg.train), cfg.tokenizer, str(blocks_path), threads)
+    args = (str(blocks_path), cfg.train.log_every, threads)
     start = time.perf_counter()
 
     def report(i: int, s: dict) -> None:
@@ -98,14 +105,14 @@ def train_all(cfg: StudyConfig, runs: list[Run], blocks_path: Path, log) -> list
         torch_threads = torch.get_num_threads()
         try:
             for i, run in enumerate(todo, 1):
-                summaries.append({**train_run(run, *args), "_new": True})
+                summaries.append({**train_run(run, _experiment(cfg, run), *args), "_new": True})
                 report(i, summaries[-1])
         finally:
             torch.set_num_threads(torch_threads)
         return summaries
     ctx = multiprocessing.get_context("spawn")  # no forked torch thread pools
     with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
-        futures = [pool.submit(train_run, run, *args) for run in todo]
+        futures = [pool.submit(train_run, run, _experiment(cfg, run), *args) for run in todo]
         try:
             for i, fut in enumerate(as_completed(futures), 1):
                 summaries.append({**fut.result(), "_new": True})
@@ -123,7 +130,7 @@ def run_study(cfg: StudyConfig, command: str | None = None, progress: bool = Tru
     from .report import write_study_report
 
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    quiet_transformers()
+    quiet_libraries()
     wall = time.perf_counter()
     out = Path(cfg.output_dir)
     _check_output_dir(cfg, out)

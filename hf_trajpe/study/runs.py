@@ -1,7 +1,7 @@
 """What the study trains: one run per (encoding, seed), plus the strength sweep's extra runs.
 
 A sweep strength whose patch is the same as one of the study's encodings reuses that encoding's runs
-(strength 0 is its base encoding exactly, SPEC section 2: bit for bit, so it also trains identically).
+(strength 0 is its base encoding exactly, docs/spec.md, section 2.6: bit for bit, so it also trains identically).
 """
 
 from __future__ import annotations

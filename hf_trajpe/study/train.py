@@ -1,4 +1,5 @@
-"""Train one study model from scratch: built from a transformers config, patched, AdamW, saved.
+"""Train one study model through :mod:`hf_trajpe.training` (the recipe's ``Trainer``) with its
+experiment config (:func:`~hf_trajpe.study.config.experiment_config`), then save it with its summary.
 
 Runs in a worker process (one thread each: on a small CPU two one-thread processes train more
 models per minute than one two-thread process). The same seed gives every encoding the same
@@ -11,98 +12,82 @@ import json
 import math
 import os
 import shutil
-import time
 from pathlib import Path
 
 import torch
 
 from .runs import Run
 
-__all__ = ["build_model", "train_run", "lr_factor", "quiet_transformers"]
+__all__ = ["train_run", "quiet_libraries", "SUMMARY", "EXPERIMENT"]
 
 SUMMARY = "train_summary.json"
+EXPERIMENT = "experiment.yaml"  # the run's resolved experiment config, beside the model
 
 
-def build_model(model_config: dict, seed: int):
-    from transformers import AutoConfig, AutoModelForCausalLM
+def quiet_libraries() -> None:
+    """No per-model "Loading weights"/"Writing model shards" bars, nor accelerate's note on the tied
+    embeddings at every checkpoint: the study prints one line per model."""
+    import logging
 
-    torch.manual_seed(seed)
-    cfg = dict(model_config)
-    config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
-    return AutoModelForCausalLM.from_config(config)
+    from transformers.utils import logging as transformers_logging
 
-
-def quiet_transformers() -> None:
-    """No per-model "Loading weights"/"Writing model shards" bars: the study prints one line per model."""
-    from transformers.utils import logging
-
-    logging.disable_progress_bar()
+    transformers_logging.disable_progress_bar()
+    logging.getLogger("accelerate.utils.other").setLevel(logging.ERROR)  # "Removed shared tensor ..."
 
 
-def lr_factor(step: int, steps: int, warmup: int) -> float:
-    """Linear warm-up, then linear decay to 10% of the peak."""
-    if step < warmup:
-        return (step + 1) / warmup
-    return max(0.1, 1.0 - (step - warmup) / max(1, steps - warmup))
+def train_run(run: Run, experiment: dict, blocks_path: str, log_every: int, threads: int = 1) -> dict:
+    """Train ``run`` (``experiment``: its experiment config as a dict) on the blocks saved at ``blocks_path``
+    (built from that config's data section), save it into ``run.folder`` atomically; return the summary.
 
-
-def train_run(run: Run, model_config: dict, train: dict, tokenizer: str, blocks_path: str,
-              threads: int = 1) -> dict:
-    """Train ``run``, save it (weights, patch, ``train_summary.json``) atomically; return the summary."""
+    The trainer works in ``<folder>.tmp``; the model it saves there (``final/``, written by the patched
+    model's ``save_pretrained``) gets the summary and is renamed to ``run.folder``: a killed study never
+    leaves a half-written model."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     torch.set_num_threads(threads)
-    quiet_transformers()
-    import hf_trajpe
-    from hf_trajpe.data import load_tokenizer
+    quiet_libraries()
+    from ..training import RunData, config_from_dict
+    from ..training.trainer import Trainer
 
-    model = build_model(model_config, run.seed)
-    handle = hf_trajpe.patch(model, **run.options) if run.options is not None else None
-    if handle is not None and handle.config.encoding == "trajectory" and handle.config.strength == "auto":
-        handle.set_tokenizer(load_tokenizer(tokenizer))  # detect each training block's content type
-    blocks = torch.load(blocks_path)
-    steps, batch = train["steps"], train["batch_size"]
-    gen = torch.Generator().manual_seed(run.seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=train["lr"], weight_decay=train["weight_decay"])
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, steps, train["warmup_steps"]))
-    model.train()
-    curve, window = [], []
-    start = time.perf_counter()
-    for step in range(steps):
-        ids = blocks[torch.randint(0, len(blocks), (batch,), generator=gen)]
-        loss = model(input_ids=ids, labels=ids).loss
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"{run.name} seed {run.seed}: loss became {loss.item()} at step {step}; "
-                                     "lower train.lr or check the encoding options")
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), train["max_grad_norm"])
-        opt.step()
-        sched.step()
-        opt.zero_grad(set_to_none=True)
-        window.append(loss.item())
-        if (step + 1) % train["log_every"] == 0 or step + 1 == steps:
-            curve.append({"step": step + 1, "loss": sum(window) / len(window)})
-            window = []
-    seconds = time.perf_counter() - start
-    summary = {"name": run.name, "seed": run.seed, "patch": handle.config.to_dict() if handle else None,
-               "steps": steps, "batch_size": batch, "block_size": int(blocks.shape[1]),
-               "train_seconds": seconds, "tokens_per_second": steps * batch * blocks.shape[1] / seconds,
-               "first_loss": curve[0]["loss"], "final_loss": curve[-1]["loss"], "curve": curve,
-               "threads": threads}
-    if handle is not None and handle.config.learnable_strength:
-        summary["learned_strength"] = float(handle.state.strength.value)
-    _save(model, run.folder, summary)
+    cfg = config_from_dict(experiment)
+    work = Path(cfg.output_dir)
+    shutil.rmtree(work, ignore_errors=True)
+    data = RunData(torch.load(blocks_path), {}, list(cfg.data.content_types))
+    trainer = Trainer(cfg, data=data, log=lambda message: None).setup()
+    try:
+        reason = trainer.train()
+        if reason != "done":  # a SIGTERM: the checkpoint in the work folder is not a finished model
+            raise RuntimeError(f"{run.name} seed {run.seed}: training stopped at step {trainer.step} ({reason})")
+        final = trainer.save_final()
+    finally:
+        trainer.cleanup()
+    summary = _summary(run, trainer, log_every, threads)
+    (final / SUMMARY).write_text(json.dumps(summary, indent=2, default=_json_default) + "\n")
+    shutil.copyfile(work / "config.yaml", final / EXPERIMENT)
+    folder = Path(run.folder)
+    shutil.rmtree(folder, ignore_errors=True)
+    os.replace(final, folder)
+    shutil.rmtree(work, ignore_errors=True)
     return summary
 
 
-def _save(model, folder: Path, summary: dict) -> None:
-    """Write into ``<folder>.tmp`` and rename: a killed study never leaves a half-written model."""
-    folder = Path(folder)
-    tmp = folder.with_name(folder.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    (tmp / SUMMARY).write_text(json.dumps(summary, indent=2, default=_json_default) + "\n")
-    shutil.rmtree(folder, ignore_errors=True)
-    os.replace(tmp, folder)
+def _summary(run: Run, trainer, log_every: int, threads: int) -> dict:
+    """Loss curve (mean over each ``log_every`` steps), throughput, the patch and the learned strength."""
+    steps, batch, block = trainer.step, trainer.cfg.train.batch_size, int(trainer.data.train.shape[1])
+    curve, window = [], []
+    for step in range(1, steps + 1):
+        window.append(trainer.losses[step])
+        if step % log_every == 0 or step == steps:
+            curve.append({"step": step, "loss": sum(window) / len(window)})
+            window = []
+    handle, seconds = trainer.handle, trainer.train_seconds
+    summary = {"name": run.name, "seed": run.seed, "patch": handle.config.to_dict() if handle else None,
+               "steps": steps, "batch_size": batch, "block_size": block,
+               "train_seconds": seconds, "tokens_per_second": steps * batch * block / seconds,
+               "first_loss": curve[0]["loss"], "final_loss": curve[-1]["loss"], "curve": curve,
+               "threads": threads}
+    if handle is not None and handle.config.learnable_strength:
+        summary["learned_strength"] = float(handle.state.strength.value.detach())
+    return summary
 
 
 def _json_default(x):

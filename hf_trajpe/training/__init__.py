@@ -1,10 +1,11 @@
-"""Fine-tuning with accelerate (``recipes/finetune.py``): the experiment config, model and data of a
-run, atomic checkpoints and the training loop. See ``docs/finetune.md``.
+"""Training with accelerate, for ``recipes/finetune.py`` and the study (``hf_trajpe.study``): the
+experiment config, model, data, optimizer and schedule of a run, atomic checkpoints and the training
+loop (:class:`hf_trajpe.training.trainer.Trainer`). See ``docs/finetune.md``.
 
 ``import hf_trajpe.training`` imports torch; accelerate and transformers are imported when used.
 """
 
-from .checkpoint import checkpoint_dirs, latest_checkpoint, read_trainer_state, save_checkpoint
+from .checkpoint import checkpoint_dirs, find_resume, latest_checkpoint, read_trainer_state, save_checkpoint
 from .config import (
     ConfigError,
     DataConfig,
@@ -16,11 +17,13 @@ from .config import (
     ScheduleConfig,
     TrainConfig,
     apply_overrides,
+    check_transformers_config,
     config_from_dict,
     load_config,
 )
 from .data import RunData, batch_indices, build_run_data, iterate_batches, mask_tokens
-from .model import build_model, load_run_tokenizer, resolve_model_path
+from .model import auto_model_class, build_model, load_run_tokenizer, resolve_model_path
+from .optimization import build_optimizer, build_scheduler, lr_factor
 
 __all__ = [
     "ConfigError",
@@ -34,15 +37,21 @@ __all__ = [
     "ScheduleConfig",
     "TrainConfig",
     "apply_overrides",
+    "auto_model_class",
     "batch_indices",
     "build_model",
+    "build_optimizer",
     "build_run_data",
+    "build_scheduler",
+    "check_transformers_config",
     "checkpoint_dirs",
     "config_from_dict",
+    "find_resume",
     "iterate_batches",
     "latest_checkpoint",
     "load_config",
     "load_run_tokenizer",
+    "lr_factor",
     "mask_tokens",
     "read_trainer_state",
     "resolve_model_path",

@@ -15,7 +15,8 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["TRAINER_STATE", "checkpoint_dirs", "latest_checkpoint", "read_trainer_state", "save_checkpoint"]
+__all__ = ["TRAINER_STATE", "checkpoint_dirs", "find_resume", "latest_checkpoint", "read_trainer_state",
+           "save_checkpoint"]
 
 TRAINER_STATE = "trainer_state.json"
 _NAME = re.compile(r"^step_(\d+)$")
@@ -37,6 +38,27 @@ def checkpoint_dirs(root: str | Path) -> list[Path]:
 def latest_checkpoint(root: str | Path) -> Path | None:
     dirs = checkpoint_dirs(root)
     return dirs[-1] if dirs else None
+
+
+def find_resume(root: str | Path, resume: bool | str, log=print) -> Path | None:
+    """The checkpoint a run starts from: ``resume`` a folder (it must exist), ``True`` the latest under
+    ``root`` (None, said through ``log``, if there is none), ``False`` none, and then ``root`` must hold
+    no checkpoint (``FileExistsError``: a run never trains over another one's checkpoints)."""
+    root = Path(root)
+    if resume and resume is not True:
+        path = Path(resume)
+        if not path.is_dir():
+            raise FileNotFoundError(f"--resume {str(resume)!r}: no such checkpoint folder")
+        return path
+    latest = latest_checkpoint(root)
+    if resume:
+        if latest is None:
+            log(f"--resume: no checkpoint under {root}; starting from step 0")
+        return latest
+    if latest is not None:
+        raise FileExistsError(f"{root.parent} already holds checkpoints (latest {latest.name}); pass --resume to "
+                              "continue that run, or choose another output_dir")
+    return None
 
 
 def read_trainer_state(checkpoint: str | Path) -> dict:

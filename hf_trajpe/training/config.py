@@ -2,8 +2,8 @@
 
 A YAML file (or a dict) maps onto :class:`ExperimentConfig`; ``key=value`` overrides with dotted
 keys (``train.max_steps=20``, ``encoding.options.strength=0.3``) are applied before validation, so
-an override is checked exactly like the file. Every unknown or mistyped key raises
-:class:`ConfigError` naming the key (dotted) and the closest valid one.
+an override is checked exactly like the file (:mod:`hf_trajpe.training.typed_config`). Every unknown or
+mistyped key raises :class:`ConfigError` naming the key (dotted) and the closest valid one.
 
     >>> cfg = load_config("configs/experiments/tiny_trajectory.yaml", ["train.max_steps=20"])
     >>> cfg.save("runs/x/config.yaml")     # the resolved config, beside the run's outputs
@@ -12,12 +12,13 @@ an override is checked exactly like the file. Every unknown or mistyped key rais
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import types
-import typing
+import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from .typed_config import ConfigError, apply_overrides, from_dict
+from .typed_config import suggest as _suggest
 
 __all__ = [
     "ConfigError",
@@ -30,6 +31,7 @@ __all__ = [
     "ScheduleConfig",
     "TrainConfig",
     "apply_overrides",
+    "check_transformers_config",
     "config_from_dict",
     "load_config",
 ]
@@ -39,15 +41,8 @@ SCHEDULES = ("constant", "linear", "cosine")
 OPTIMIZERS = ("adamw", "sgd")
 MIXED_PRECISION = ("auto", "no", "bf16", "fp16")
 TRACKERS = ("tensorboard", "jsonl")
-
-
-class ConfigError(ValueError):
-    """A config key or value is wrong; the message names the dotted key."""
-
-
-def _suggest(name: str, valid) -> str:
-    close = difflib.get_close_matches(name, list(valid), n=1, cutoff=0.5)
-    return f"; did you mean {close[0]!r}?" if close else ""
+ORDERS = ("epochs", "random")
+DEVICES = ("auto", "cpu")
 
 
 @dataclass
@@ -72,13 +67,16 @@ class ModelConfig:
         if not 0 < self.mlm_probability < 1:
             raise ConfigError(f"{where}.mlm_probability must lie in (0, 1), got {self.mlm_probability}")
         if self.config is not None:
-            _check_transformers_config(self.config, f"{where}.config")
+            check_transformers_config(self.config, f"{where}.config")
 
 
-def _check_transformers_config(cfg: dict, where: str) -> None:
-    """``model_type`` must be known and every key an attribute of that config class."""
-    from transformers import CONFIG_MAPPING
+def check_transformers_config(cfg: dict, where: str) -> None:
+    """``model_type`` must be known and every key an attribute of that config class; an unknown key is
+    named with the closest valid one and the model's own keys (``where`` prefixes the dotted key)."""
+    from transformers import CONFIG_MAPPING, PretrainedConfig
 
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"{where}: expected a mapping (a transformers config with model_type), got {cfg!r}")
     model_type = cfg.get("model_type")
     if model_type is None:
         raise ConfigError(f"{where}.model_type is missing (e.g. gpt2, llama, bert)")
@@ -89,9 +87,13 @@ def _check_transformers_config(cfg: dict, where: str) -> None:
     default = cls()
     valid = set(vars(default)) | set(getattr(cls, "attribute_map", {})) | {"model_type"}
     valid |= {k for k in dir(default) if not k.startswith("_")}
+    common = set(inspect.signature(PretrainedConfig.__init__).parameters)
+    own = [k for k in inspect.signature(cls.__init__).parameters if k not in common and k not in ("self", "kwargs")]
     for key in cfg:
         if key not in valid:
-            raise ConfigError(f"{where}.{key}: not a field of {cls.__name__}{_suggest(key, valid)}")
+            raise ConfigError(f"{where}.{key}: not a field of {cls.__name__}{_suggest(key, valid)}; "
+                              f"known keys of {cls.__name__}: model_type, {', '.join(own)} "
+                              "(and the keys every transformers config has)")
 
 
 @dataclass
@@ -120,7 +122,10 @@ class EncodingConfig:
 class DataConfig:
     """Content-type data: built with ``hf_trajpe.data`` (``train``/``validation``/``test`` documents per
     type, ``seed``, ``min_chars``) or read from ``path`` (a folder from ``hf-trajpe data build``).
-    ``test`` documents are reserved (never trained on) so the evaluation's test split stays unseen."""
+    ``test`` documents are reserved (never trained on) so the evaluation's test split stays unseen.
+    ``balance``: every type gives the same number of training blocks (the smallest type's count).
+    ``order``: ``epochs`` (each epoch a permutation of all blocks) or ``random`` (every batch drawn
+    independently, with replacement); both are functions of ``seed`` and resume exactly."""
 
     content_types: list[str] = field(default_factory=lambda: [])  # empty = all seven
     path: str | None = None
@@ -131,9 +136,14 @@ class DataConfig:
     min_chars: int = 768
     block_size: int = 64
     eval_blocks: int = 8  # validation blocks per type for the periodic evaluation
+    balance: bool = False
+    order: str = "epochs"  # epochs | random
 
     def validate(self, where: str) -> None:
         from ..data.registry import names
+
+        if self.order not in ORDERS:
+            raise ConfigError(f"{where}.order: {self.order!r} is not one of {ORDERS}{_suggest(self.order, ORDERS)}")
 
         known = list(names())
         for t in self.content_types:
@@ -167,14 +177,21 @@ class OptimizerConfig:
 
 @dataclass
 class ScheduleConfig:
+    """Linear warm-up over ``warmup_steps`` (step ``s`` at ``(s + 1) / warmup_steps`` of the peak), then
+    ``name``: ``constant``, ``linear`` or ``cosine`` decay, never below ``min_lr_ratio`` of the peak
+    (:func:`hf_trajpe.training.optimization.lr_factor`)."""
+
     name: str = "linear"  # constant | linear | cosine (after warm-up)
     warmup_steps: int = 0
+    min_lr_ratio: float = 0.0
 
     def validate(self, where: str) -> None:
         if self.name not in SCHEDULES:
             raise ConfigError(f"{where}.name: {self.name!r} is not one of {SCHEDULES}{_suggest(self.name, SCHEDULES)}")
         if self.warmup_steps < 0:
             raise ConfigError(f"{where}.warmup_steps must be >= 0")
+        if not 0 <= self.min_lr_ratio <= 1:
+            raise ConfigError(f"{where}.min_lr_ratio must lie in [0, 1], got {self.min_lr_ratio}")
 
 
 @dataclass
@@ -182,7 +199,8 @@ class TrainConfig:
     """``batch_size`` is per process and micro-batch: a step sees ``batch_size x processes x
     gradient_accumulation_steps`` blocks. ``mixed_precision: auto`` is bf16 on a GPU that has it,
     fp16 on other GPUs, ``no`` on CPU. ``stop_after``: stop (with a checkpoint) after this step without
-    changing the schedule, e.g. to split a run in two."""
+    changing the schedule, e.g. to split a run in two. ``device: cpu`` trains on the CPU even where
+    accelerate would pick a GPU."""
 
     max_steps: int = 100
     batch_size: int = 8
@@ -194,8 +212,12 @@ class TrainConfig:
     save_every: int = 0  # 0: checkpoint at the end (and on SIGTERM) only
     keep_last: int = 2
     stop_after: int | None = None
+    device: str = "auto"  # auto (accelerate's choice) | cpu
 
     def validate(self, where: str) -> None:
+        if self.device not in DEVICES:
+            raise ConfigError(f"{where}.device: {self.device!r} is not one of {DEVICES}"
+                              f"{_suggest(self.device, DEVICES)}")
         for key in ("max_steps", "batch_size", "gradient_accumulation_steps", "log_every", "keep_last"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"{where}.{key} must be >= 1, got {getattr(self, key)}")
@@ -230,13 +252,14 @@ class LoggingConfig:
 @dataclass
 class ExperimentConfig:
     """One fine-tuning run. ``output_dir`` receives ``config.yaml`` (resolved), ``checkpoints/``,
-    ``logs/``, ``metrics.jsonl``, ``eval.json`` and ``final/`` (the patched model)."""
+    ``logs/``, ``metrics.jsonl``, ``eval.json`` and ``final/`` (the patched model). ``encoding: null``
+    trains the model as built, not patched."""
 
     output_dir: str
     model: ModelConfig
     name: str = "run"
     seed: int = 0
-    encoding: EncodingConfig = field(default_factory=EncodingConfig)
+    encoding: EncodingConfig | None = field(default_factory=EncodingConfig)
     data: DataConfig = field(default_factory=DataConfig)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
@@ -280,106 +303,11 @@ class ExperimentConfig:
         return out
 
 
-# -- dict -> dataclass, with named errors --------------------------------------------------------------
-def _type_name(tp) -> str:
-    return getattr(tp, "__name__", str(tp)).replace("NoneType", "null")
-
-
-def _coerce(value, tp, where: str):
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _coerce(value, arg, where)
-            except ConfigError as err:
-                errors.append(err)
-        raise ConfigError(f"{where}: expected {' or '.join(_type_name(a) for a in args)}, got {value!r}")
-    if dataclasses.is_dataclass(tp):
-        if not isinstance(value, dict):
-            raise ConfigError(f"{where}: expected a mapping of {tp.__name__} fields, got {value!r}")
-        return _from_dict(tp, value, where)
-    if origin is list:
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{where}: expected a list, got {value!r}")
-        (item,) = typing.get_args(tp)
-        return [_coerce(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
-    if tp is dict or origin is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
-        return dict(value)
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where}: expected true or false, got {value!r}")
-        return value
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where}: expected an integer, got {value!r}")
-        return value
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{where}: expected a number, got {value!r}")
-        return float(value)
-    if tp is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{where}: expected a string, got {value!r}")
-        return value
-    raise ConfigError(f"{where}: unsupported field type {tp}")
-
-
-def _from_dict(cls, data: dict, where: str = ""):
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    kwargs = {}
-    for key, value in data.items():
-        dotted = f"{where}.{key}" if where else str(key)
-        if key not in fields:
-            raise ConfigError(f"unknown config key {dotted!r}{_suggest(str(key), fields)}; "
-                              f"valid keys{' of ' + where if where else ''}: {', '.join(fields)}")
-        kwargs[key] = _coerce(value, hints[key], dotted)
-    missing = [n for n, f in fields.items() if n not in kwargs and f.default is dataclasses.MISSING
-               and f.default_factory is dataclasses.MISSING]
-    if missing:
-        raise ConfigError(f"missing config key(s) {[f'{where}.{m}' if where else m for m in missing]}")
-    return cls(**kwargs)
-
-
 def config_from_dict(data: dict) -> ExperimentConfig:
     """Build and validate an :class:`ExperimentConfig`; raises :class:`ConfigError` naming the key."""
     if not isinstance(data, dict):
         raise ConfigError(f"a config must be a mapping, got {type(data).__name__}")
-    return _from_dict(ExperimentConfig, data).validate()
-
-
-def apply_overrides(data: dict, overrides: list[str]) -> dict:
-    """``["train.max_steps=20", "encoding.name=rope"]`` applied to a raw config dict (values parsed as
-    YAML: ``20`` is an int, ``0.3`` a float, ``null`` None, ``[a, b]`` a list)."""
-    import copy
-
-    import yaml
-
-    data = copy.deepcopy(data)
-    for item in overrides:
-        if "=" not in item:
-            raise ConfigError(f"override {item!r} is not key=value (e.g. train.max_steps=20)")
-        key, raw = item.split("=", 1)
-        value = yaml.safe_load(raw) if raw != "" else ""
-        node = data
-        parts = key.strip().split(".")
-        for i, part in enumerate(parts[:-1]):
-            child = node.get(part)
-            if child is None:
-                child = node[part] = {}
-            if not isinstance(child, dict):
-                raise ConfigError(f"override {item!r}: {'.'.join(parts[:i + 1])} is not a mapping")
-            node = child
-        node[parts[-1]] = value
-    return data
+    return from_dict(ExperimentConfig, data).validate()
 
 
 def load_config(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:

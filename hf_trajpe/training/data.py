@@ -1,10 +1,14 @@
-"""Training data of a run: content-type texts packed into blocks, a deterministic order of micro-batches
-that a resumed run reproduces exactly, and deterministic masking for masked LM.
+"""Training data of a run: content-type texts packed into blocks, and a deterministic order of
+micro-batches that a resumed run reproduces exactly (masking for masked LM: :mod:`hf_trajpe.evaluation.masking`).
 
-Order: epoch ``e`` is a permutation of all blocks drawn from ``torch.Generator().manual_seed(seed + e)``;
+Order ``epochs``: epoch ``e`` is a permutation of all blocks drawn from ``torch.Generator().manual_seed(seed + e)``;
 micro-batch ``j`` of process ``r`` (of ``W``) holds blocks ``perm[(j*W + r)*B : (j*W + r + 1)*B]``.
 So the ``k``-th micro-batch of a process is a function of ``(seed, k, r, W, B)`` only: resuming after
 ``k`` micro-batches starts at ``k`` without loading the skipped ones.
+
+Order ``random``: micro-batch ``k`` draws ``W*B`` block indices with replacement from one generator seeded
+with ``seed`` (its ``k``-th draw), process ``r`` takes the ``r``-th ``B`` of them; a resumed run replays the
+``k`` earlier draws (indices only).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from ..evaluation.masking import mask_tokens
 from .config import DataConfig
 
 __all__ = ["RunData", "batch_indices", "build_run_data", "iterate_batches", "mask_tokens"]
@@ -44,8 +49,9 @@ def _load_splits(cfg: DataConfig, types: list[str]) -> dict:
 
 
 def build_run_data(cfg: DataConfig, tokenizer, mode: str) -> RunData:
-    """Training blocks of every type (``data.train`` documents each, the saved split if ``data.path``)
-    and up to ``data.eval_blocks`` validation blocks per type."""
+    """Training blocks of every type (``data.train`` documents each, the saved split if ``data.path``;
+    ``data.balance``: the same number from every type) and up to ``data.eval_blocks`` validation blocks
+    per type."""
     from ..data import pack_blocks
     from ..data.registry import names
 
@@ -63,6 +69,9 @@ def build_run_data(cfg: DataConfig, tokenizer, mode: str) -> RunData:
             val = pack_blocks(dd["validation"], tokenizer, cfg.block_size, mode=mode, max_blocks=cfg.eval_blocks)
             if val.num_rows:
                 evals[t] = torch.tensor(val["input_ids"], dtype=torch.long)
+    if cfg.balance:
+        n = min(len(b) for b in train)
+        train = [b[:n] for b in train]
     return RunData(torch.cat(train), evals, types)
 
 
@@ -84,8 +93,12 @@ def batch_indices(k: int, n_blocks: int, batch_size: int, rank: int, world: int,
 
 
 def iterate_batches(train: torch.Tensor, batch_size: int, rank: int, world: int, seed: int,
-                    start: int = 0) -> Iterator[tuple[int, torch.Tensor]]:
-    """``(k, blocks [B, L])`` for micro-batches ``start, start + 1, ...`` (endless)."""
+                    start: int = 0, order: str = "epochs") -> Iterator[tuple[int, torch.Tensor]]:
+    """``(k, blocks [B, L])`` for micro-batches ``start, start + 1, ...`` (endless) in ``order``
+    (``epochs`` or ``random``, see the module docstring)."""
+    if order == "random":
+        yield from _random_batches(train, batch_size, rank, world, seed, start)
+        return
     n = train.shape[0]
     per = batches_per_epoch(n, batch_size, world)
     k = start
@@ -99,16 +112,14 @@ def iterate_batches(train: torch.Tensor, batch_size: int, rank: int, world: int,
             k += 1
 
 
-def mask_tokens(input_ids: torch.Tensor, tokenizer, probability: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """BERT masking (of the chosen positions: 80% ``[MASK]``, 10% a random token, 10% unchanged), drawn
-    from ``seed`` so a resumed run masks exactly as the uninterrupted one. Returns ``(inputs, labels)``."""
-    g = torch.Generator().manual_seed(seed)
-    special = torch.isin(input_ids, torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=input_ids.dtype))
-    chosen = (torch.rand(input_ids.shape, generator=g) < probability) & ~special
-    labels = torch.where(chosen, input_ids, -100)
-    inputs = input_ids.clone()
-    u = torch.rand(input_ids.shape, generator=g)
-    inputs[chosen & (u < 0.8)] = tokenizer.mask_token_id
-    rand = chosen & (u >= 0.8) & (u < 0.9)
-    inputs[rand] = torch.randint(len(tokenizer), input_ids.shape, generator=g)[rand]
-    return inputs, labels
+def _random_batches(train: torch.Tensor, batch_size: int, rank: int, world: int, seed: int,
+                    start: int) -> Iterator[tuple[int, torch.Tensor]]:
+    gen = torch.Generator().manual_seed(seed)
+    draw = batch_size * world
+    for _ in range(start):  # replay the draws of the micro-batches already trained
+        torch.randint(0, train.shape[0], (draw,), generator=gen)
+    k = start
+    while True:
+        idx = torch.randint(0, train.shape[0], (draw,), generator=gen)
+        yield k, train[idx[rank * batch_size:(rank + 1) * batch_size]]
+        k += 1

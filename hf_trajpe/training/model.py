@@ -1,5 +1,6 @@
-"""Build the model of a run (a local folder, or a transformers config for a tiny model from scratch),
-patch it, and load its tokenizer. Nothing is fetched from the Hub."""
+"""Build the model of a run (a local folder, or a transformers config for a model from scratch),
+patch it, and load its tokenizer: the one model builder of the recipe and the study. Nothing is fetched
+from the Hub."""
 
 from __future__ import annotations
 
@@ -28,14 +29,17 @@ def resolve_model_path(path: str) -> Path:
     return p
 
 
-def _auto_class(task: str):
+def auto_model_class(task: str):
+    """The transformers Auto class of ``task``: ``AutoModelForMaskedLM`` (mlm) or ``AutoModelForCausalLM``."""
     import transformers
 
     return transformers.AutoModelForMaskedLM if task == "mlm" else transformers.AutoModelForCausalLM
 
 
-def build_model(cfg: ExperimentConfig):
-    """The model with its patch (``hf_trajpe.patch``); returns ``(model, handle)``.
+def build_model(cfg: ExperimentConfig, tokenizer=None):
+    """The model with its patch (``hf_trajpe.patch``); returns ``(model, handle)``, ``handle`` None when
+    ``cfg.encoding`` is None (the model as built). With ``strength="auto"`` the handle decodes each
+    batch with ``tokenizer`` to detect its content type.
 
     Call after seeding: a model from a config is initialised from the torch RNG."""
     import transformers
@@ -43,14 +47,18 @@ def build_model(cfg: ExperimentConfig):
     import hf_trajpe
 
     m: ModelConfig = cfg.model
-    auto = _auto_class(m.task)
+    auto = auto_model_class(m.task)
     if m.path is not None:
         model = auto.from_pretrained(str(resolve_model_path(m.path)), attn_implementation=m.attn_implementation)
     else:
         options = dict(m.config)
         config = transformers.AutoConfig.for_model(options.pop("model_type"), **options)
         model = auto.from_config(config, attn_implementation=m.attn_implementation)
+    if cfg.encoding is None:
+        return model, None
     handle = hf_trajpe.patch(model, cfg.encoding.name, **cfg.encoding.options)
+    if handle.config.encoding == "trajectory" and handle.config.strength == "auto" and tokenizer is not None:
+        handle.set_tokenizer(tokenizer)
     return model, handle
 
 

@@ -1,14 +1,14 @@
-"""The fine-tuning loop of ``recipes/finetune.py``, on ``accelerate``: one script from one CPU process to
-DDP and FSDP on GPUs.
+"""The training loop of ``recipes/finetune.py`` and of the study (``hf_trajpe.study``), on ``accelerate``:
+one loop from one CPU process to DDP and FSDP on GPUs.
 
 - Gradient accumulation (``no_sync`` on all but the last micro-batch), mixed precision from the config
   (``auto``: bf16/fp16 on GPUs, ``no`` on CPU), gradient clipping, a warm-up + decay schedule stepped
   once per optimizer step whatever the number of processes.
 - Deterministic data order (:mod:`hf_trajpe.training.data`): a resumed run sees exactly the batches the
-  uninterrupted run would have seen, so its loss curve is the same.
+  uninterrupted run would have seen, so its loss curve is the same. A non-finite loss stops the run.
 - Periodic evaluation per content type through :func:`hf_trajpe.evaluation.score_blocks`.
 - Tracker logging (TensorBoard, JSON lines) of loss, learning rate, gradient norm, tokens/s, the
-  strength, and the SPEC section 5 counters of the patch's monitor.
+  strength, and the counters of the patch's monitor (docs/spec.md, section 5).
 - Atomic checkpoints (:mod:`hf_trajpe.training.checkpoint`); SIGTERM sets a flag, the loop saves a
   checkpoint at the next step boundary and returns.
 """
@@ -26,38 +26,30 @@ from pathlib import Path
 
 import torch
 
-from .checkpoint import latest_checkpoint, read_trainer_state, save_checkpoint
+from ..evaluation.masking import lm_inputs
+from .checkpoint import find_resume, latest_checkpoint, read_trainer_state, save_checkpoint
 from .config import ExperimentConfig
-from .data import RunData, build_run_data, iterate_batches, mask_tokens
+from .data import RunData, build_run_data, iterate_batches
 from .model import build_model, load_run_tokenizer
+from .optimization import build_optimizer, build_scheduler
 
 __all__ = ["Trainer", "check_paths", "resolve_mixed_precision"]
 
-PATCH_STATE_PREFIX = "hf_trajpe."
+PATCH_STATE_PREFIX = "hf_trajpe."  # the patch's submodule (model.hf_trajpe) in a model's state dict
 
 
-def resolve_mixed_precision(setting: str) -> str:
-    """``auto``: ``bf16`` on a CUDA GPU that supports it, ``fp16`` on other CUDA GPUs, else ``no``."""
+def resolve_mixed_precision(setting: str, device: str = "auto") -> str:
+    """``auto``: ``bf16`` on a CUDA GPU that supports it, ``fp16`` on other CUDA GPUs, else (and with
+    ``device="cpu"``) ``no``."""
     if setting != "auto":
         return setting
-    if torch.cuda.is_available():
+    if device != "cpu" and torch.cuda.is_available():
         return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
     return "no"
 
 
-def _schedule(optimizer, cfg: ExperimentConfig):
-    from transformers import get_scheduler
-
-    name = {"constant": "constant_with_warmup", "linear": "linear", "cosine": "cosine"}[cfg.schedule.name]
-    return get_scheduler(name, optimizer, num_warmup_steps=cfg.schedule.warmup_steps,
-                         num_training_steps=cfg.train.max_steps)
-
-
-def _optimizer(params, cfg: ExperimentConfig):
-    o = cfg.optimizer
-    if o.name == "sgd":
-        return torch.optim.SGD(params, lr=o.lr, weight_decay=o.weight_decay)
-    return torch.optim.AdamW(params, lr=o.lr, betas=tuple(o.betas), eps=o.eps, weight_decay=o.weight_decay)
+def _print(message: str) -> None:
+    print(message, flush=True)
 
 
 def check_paths(cfg: ExperimentConfig) -> None:
@@ -76,14 +68,21 @@ def check_paths(cfg: ExperimentConfig) -> None:
 
 class Trainer:
     """``Trainer(cfg, resume=False | True | "path/to/step_N").setup()``, then ``train()``,
-    ``save_final()``, ``cleanup()`` (what ``recipes/finetune.py`` does)."""
+    ``save_final()``, ``cleanup()`` (what ``recipes/finetune.py`` does).
 
-    def __init__(self, cfg: ExperimentConfig, resume: bool | str = False) -> None:
+    ``data``: the run's :class:`RunData` when the caller built it already (with :func:`build_run_data`
+    from ``cfg.data``; the study builds it once for all its runs); ``log``: where the trainer's messages
+    go (default: stdout)."""
+
+    def __init__(self, cfg: ExperimentConfig, resume: bool | str = False, data: RunData | None = None,
+                 log=_print) -> None:
         self.cfg = cfg
+        self.log = log
+        self._data = data
         self.out = Path(cfg.output_dir)
         self.ckpt_root = self.out / "checkpoints"
         check_paths(cfg)  # a missing model or data path fails here, before anything is launched or built
-        self.resume_from: Path | None = self._find_resume(resume)
+        self.resume_from: Path | None = find_resume(self.ckpt_root, resume, self.log)
         self.step = 0
         self.stop_reason: str | None = None
         self.losses: dict[int, float] = {}
@@ -92,22 +91,6 @@ class Trainer:
         self._old_handler = None
 
     # -- setup ---------------------------------------------------------------------------------------
-    def _find_resume(self, resume: bool | str) -> Path | None:
-        if resume and resume is not True:
-            path = Path(resume)
-            if not path.is_dir():
-                raise FileNotFoundError(f"--resume {str(resume)!r}: no such checkpoint folder")
-            return path
-        latest = latest_checkpoint(self.ckpt_root)
-        if resume:
-            if latest is None:
-                print(f"--resume: no checkpoint under {self.ckpt_root}; starting from step 0", flush=True)
-            return latest
-        if latest is not None:
-            raise FileExistsError(f"{self.out} already holds checkpoints (latest {latest.name}); pass --resume to "
-                                  "continue that run, or choose another output_dir")
-        return None
-
     def setup(self) -> Trainer:
         from accelerate import Accelerator, DistributedType
         from accelerate.utils import ProjectConfiguration, set_seed
@@ -124,24 +107,25 @@ class Trainer:
         if "jsonl" in cfg.logging.trackers:
             log_with.append(JSONLTracker(self.out, resume_step))
         self.accelerator = acc = Accelerator(
-            mixed_precision=resolve_mixed_precision(cfg.train.mixed_precision),
+            cpu=cfg.train.device == "cpu",
+            mixed_precision=resolve_mixed_precision(cfg.train.mixed_precision, cfg.train.device),
             log_with=log_with or None,
             project_config=ProjectConfiguration(project_dir=str(self.out), logging_dir=str(self.out / "logs")),
         )
         self._check_launch()
         self.fsdp = acc.distributed_type == DistributedType.FSDP
-        print(f"[hf_trajpe] rank {acc.process_index} of world size {acc.num_processes} "
-              f"({acc.distributed_type.value}, device {acc.device}, mixed precision {acc.mixed_precision})",
-              flush=True)
+        self.log(f"[hf_trajpe] rank {acc.process_index} of world size {acc.num_processes} "
+                 f"({acc.distributed_type.value}, device {acc.device}, mixed precision {acc.mixed_precision})")
 
         # data before the model: the data does not depend on the torch RNG, the model's init does
         self.tokenizer = load_run_tokenizer(cfg.model)
-        self.data: RunData = build_run_data(cfg.data, self.tokenizer, cfg.model.task)
+        self.data: RunData = (self._data if self._data is not None
+                              else build_run_data(cfg.data, self.tokenizer, cfg.model.task))
         set_seed(cfg.seed)
-        model, self.handle = build_model(cfg)
-        self.monitor = self.handle.attach_monitor()
-        optimizer = _optimizer(model.parameters(), cfg)
-        self.scheduler = _schedule(optimizer, cfg)  # not prepared: stepped once per step, any world size
+        model, self.handle = build_model(cfg, self.tokenizer)
+        self.monitor = self.handle.attach_monitor() if self.handle is not None else None
+        optimizer = build_optimizer(model.parameters(), cfg)
+        self.scheduler = build_scheduler(optimizer, cfg)  # not prepared: stepped once per step, any world size
         self.model, self.optimizer = acc.prepare(model, optimizer)
         acc.register_for_checkpointing(self.scheduler)
         if self.resume_from is not None:
@@ -155,14 +139,14 @@ class Trainer:
             self.step = int(state["step"])
             self.eval_history = state.get("eval_history", [])
             if acc.is_main_process:
-                print(f"[hf_trajpe] resumed from {self.resume_from} at step {self.step}", flush=True)
+                self.log(f"[hf_trajpe] resumed from {self.resume_from} at step {self.step}")
         if acc.is_main_process:
             cfg.save(self.out / "config.yaml")
         acc.init_trackers(cfg.logging.project, config=cfg.flat(), init_kwargs=init_kwargs)
         return self
 
     def _check_launch(self) -> None:
-        """Fail loudly on accelerate's silent CPU traps (TRAPS.md)."""
+        """Fail loudly on accelerate's silent CPU traps (docs/notes.md, section 1)."""
         acc = self.accelerator
         launched = int(os.environ.get("WORLD_SIZE", "1"))
         if launched != acc.num_processes:
@@ -188,14 +172,13 @@ class Trainer:
 
     def _forward(self, blocks: torch.Tensor, k: int) -> torch.Tensor:
         cfg, acc = self.cfg, self.accelerator
-        if cfg.model.task == "mlm":
-            inputs, labels = mask_tokens(blocks, self.tokenizer, cfg.model.mlm_probability, self._micro_seed(k))
-            kwargs = {}
-        else:
-            inputs, labels, kwargs = blocks, blocks, {"use_cache": False}
+        inputs, labels = lm_inputs(blocks, cfg.model.task, self.tokenizer, seed=self._micro_seed(k),
+                                   mlm_probability=cfg.model.mlm_probability)
+        kwargs = {"use_cache": False} if cfg.model.task == "clm" else {}
         inputs, labels = inputs.to(acc.device), labels.to(acc.device)
-        out = self.model(input_ids=inputs, attention_mask=torch.ones_like(inputs), labels=labels, **kwargs)
-        return out.loss
+        # no attention_mask: training blocks have no padding, and an all-ones mask changes trajectory
+        # gradients in the last bits (the study's models were trained without one)
+        return self.model(input_ids=inputs, labels=labels, **kwargs).loss
 
     def train(self) -> str:
         """Train to ``train.max_steps`` (or ``train.stop_after``, or a SIGTERM). Returns why it stopped:
@@ -206,7 +189,7 @@ class Trainer:
         t = cfg.train
         accum = t.gradient_accumulation_steps
         batches = iterate_batches(self.data.train, t.batch_size, acc.process_index, acc.num_processes,
-                                  cfg.seed, start=self.step * accum)
+                                  cfg.seed, start=self.step * accum, order=cfg.data.order)
         block = self.data.train.shape[1]
         tokens_per_step = t.batch_size * block * accum * acc.num_processes
         bar = tqdm(total=t.max_steps, initial=self.step, desc=f"{cfg.name}", unit="step", dynamic_ncols=True,
@@ -234,6 +217,9 @@ class Trainer:
             self.optimizer.zero_grad(set_to_none=True)
             self.step += 1
             loss_value = float(acc.reduce(step_loss, reduction="mean"))
+            if not math.isfinite(loss_value):
+                raise FloatingPointError(f"{cfg.name}: the loss became {loss_value} at step {self.step}; lower "
+                                         "the learning rate or check the encoding options")
             seconds = time.perf_counter() - step_start
             window_seconds += seconds
             self.train_seconds += seconds
@@ -264,12 +250,12 @@ class Trainer:
         bar.close()
         self.stop_reason = reason
         if acc.is_main_process and reason != "done":
-            print(f"[hf_trajpe] stopped at step {self.step} ({reason}); checkpoint "
-                  f"{latest_checkpoint(self.ckpt_root)}; continue with --resume", flush=True)
+            self.log(f"[hf_trajpe] stopped at step {self.step} ({reason}); checkpoint "
+                     f"{latest_checkpoint(self.ckpt_root)}; continue with --resume")
         return reason
 
     def _strength_value(self) -> float | None:
-        strength = getattr(self.handle.state, "strength", None)
+        strength = getattr(self.handle.state, "strength", None) if self.handle is not None else None
         if strength is None or self.fsdp or not hasattr(strength, "value"):
             return None
         value = strength.value
@@ -285,9 +271,9 @@ class Trainer:
         strength = self._strength_value()
         if strength is not None:
             values["train/strength"] = strength
-        # SPEC section 5 counters of this process's forwards since the last log
-        values.update({f"monitor/{k}": v for k, v in self.monitor.as_dict().items()})
-        self.monitor.reset()
+        if self.monitor is not None:  # the counters of docs/spec.md, section 5, since the last log
+            values.update({f"monitor/{k}": v for k, v in self.monitor.as_dict().items()})
+            self.monitor.reset()
         self.accelerator.log(values, step=self.step)
 
     # -- evaluation --------------------------------------------------------------------------------------
@@ -300,7 +286,7 @@ class Trainer:
         results: dict = {}
         if self.fsdp or acc.is_main_process:
             target = self.model if self.fsdp else acc.unwrap_model(self.model)
-            monitor = self.handle.detach_monitor()
+            monitor = self.handle.detach_monitor() if self.handle is not None else None
             try:
                 for t, blocks in self.data.eval_blocks.items():
                     s = score_blocks(target, blocks, self.cfg.model.task, self.cfg.train.batch_size,
@@ -308,7 +294,9 @@ class Trainer:
                     results[t] = {"loss": s.metrics["cross_entropy"], "perplexity": s.metrics["perplexity"],
                                   "accuracy": s.metrics["accuracy"]}
             finally:
-                self.handle.attach_monitor(monitor)
+                if self.handle is not None:
+                    self.handle.set_texts(None)  # scoring gave strength="auto" its texts; training decodes
+                    self.handle.attach_monitor(monitor)
                 self.model.train()
         acc.wait_for_everyone()
         if results:
@@ -341,23 +329,26 @@ class Trainer:
         unwrapped.save_pretrained(str(final), is_main_process=acc.is_main_process, save_function=acc.save,
                                   state_dict=state_dict)
         if acc.is_main_process:
-            self._write_patch_state(final, state_dict)
+            if self.fsdp and self.handle is not None:
+                self._save_gathered_patch(final, state_dict)
             self.tokenizer.save_pretrained(str(final))
         self._write_rank_summary(state_dict)
         acc.wait_for_everyone()
         return final
 
-    @staticmethod
-    def _write_patch_state(final: Path, state_dict: dict) -> None:
-        """The learnable strength from the gathered state dict (under FSDP the module's own is a shard)."""
-        from safetensors.torch import save_file
+    def _save_gathered_patch(self, final: Path, state_dict: dict) -> None:
+        """Under FSDP this process's patch module holds shards of the learnable strength: the patch is
+        saved again (``hf_trajpe.save_patch``) from a CPU copy of the saved model, patched alike and
+        loaded with the patch state of the gathered ``state_dict``."""
+        import hf_trajpe
 
-        from ..patching.api import STATE_NAME
+        from .model import auto_model_class
 
-        patch = {k[len(PATCH_STATE_PREFIX):]: v.detach().contiguous().cpu()
-                 for k, v in state_dict.items() if k.startswith(PATCH_STATE_PREFIX)}
-        if patch:
-            save_file(patch, str(final / STATE_NAME))
+        copy = auto_model_class(self.cfg.model.task).from_pretrained(str(final))
+        handle = hf_trajpe.patch(copy, self.handle.config)
+        handle.state.load_state_dict({k[len(PATCH_STATE_PREFIX):]: v.detach().cpu()
+                                      for k, v in state_dict.items() if k.startswith(PATCH_STATE_PREFIX)})
+        hf_trajpe.save_patch(copy, final)
 
     def _write_rank_summary(self, state_dict: dict) -> None:
         acc = self.accelerator

@@ -62,6 +62,43 @@ def test_config_errors_name_the_key(tmp_path):
         load_study_config(tmp_path / "nowhere.yaml")
 
 
+def test_model_section_is_checked_key_by_key(tmp_path):
+    """A misspelled transformers key fails naming it, the closest key and the model's keys, instead of
+    silently training GPT-2's default of 12 layers."""
+    data = yaml.safe_load(open(DEFAULT))
+    with pytest.raises(ConfigError) as err:
+        load_study_config(_write(tmp_path, data), overrides=["model.n_layers=2"])
+    message = str(err.value)
+    assert "model.n_layers" in message and "did you mean 'n_layer'" in message
+    assert "known keys of GPT2Config" in message and "n_embd" in message and "n_head" in message
+    with pytest.raises(ConfigError, match="model.model_type: unknown model type 'gtp2'"):
+        load_study_config(_write(tmp_path, data), overrides=["model.model_type=gtp2"])
+    del data["model"]["model_type"]
+    with pytest.raises(ConfigError, match="model.model_type is missing"):
+        load_study_config(_write(tmp_path, data))
+
+
+def test_every_run_trains_with_a_valid_experiment_config(tmp_path):
+    """The study trains through hf_trajpe.training: each run's experiment config is the recipe's, and
+    round-trips through the recipe's loader."""
+    from hf_trajpe.study.config import experiment_config
+    from hf_trajpe.training import load_config
+
+    cfg = load_study_config(DEFAULT)
+    for run in plan_runs(cfg):
+        exp = experiment_config(cfg, run.name, run.options, run.seed, tmp_path / run.folder.name)
+        assert exp.seed == run.seed and exp.model.config == cfg.model
+        assert (exp.encoding is None) == (run.options is None)
+        assert exp.train.max_steps == cfg.train.steps and exp.schedule.min_lr_ratio == 0.1
+        assert exp.data.order == "random" and exp.data.balance and exp.train.device == "cpu"
+    exp.save(tmp_path / "experiment.yaml")
+    assert load_config(tmp_path / "experiment.yaml") == exp
+    with pytest.raises(ConfigError, match="train: lr must be > 0"):
+        load_study_config(DEFAULT, overrides=["train.lr=0"])
+    with pytest.raises(ConfigError, match=r"the experiment config .* invalid: train.max_grad_norm must be > 0"):
+        load_study_config(DEFAULT, overrides=["train.max_grad_norm=0"])
+
+
 def test_sweep_reuses_equal_patches_and_strength_zero_is_the_base():
     cfg = load_study_config(DEFAULT)
     names = sweep_names(cfg)

@@ -81,3 +81,19 @@ def test_override_syntax_and_resolved_config_round_trip(tmp_path):
     assert again == cfg and again.seed == 3
     flat = cfg.flat()
     assert flat["train.max_steps"] == cfg.train.max_steps and isinstance(flat["model.config"], str)
+
+
+def test_unknown_transformers_key_lists_the_model_keys():
+    with pytest.raises(ConfigError) as err:
+        load_config(TINY, ["model.config.n_layers=3"])
+    assert "known keys of GPT2Config" in str(err.value) and "n_positions" in str(err.value)
+
+
+def test_encoding_null_trains_the_model_unpatched_and_nested_keys_are_named():
+    cfg = load_config(TINY, ["encoding=null", "data.order=random", "data.balance=true", "train.device=cpu"])
+    assert cfg.encoding is None and cfg.data.order == "random" and cfg.train.device == "cpu"
+    with pytest.raises(ConfigError, match=r"'encoding.nme'; did you mean 'name'"):
+        load_config(TINY, ["encoding.nme=rope"])
+    for override, key in (["data.order=shuffled", "data.order"], ["train.device=tpu", "train.device"]):
+        with pytest.raises(ConfigError, match=key):
+            load_config(TINY, [override])

@@ -43,7 +43,8 @@ def test_experiment_config_validates(path):
     assert cfg.encoding.name == path.stem.split("_", 1)[1]
     if path.stem.startswith("tiny_"):
         assert cfg.model.config["model_type"] == "gpt2" and cfg.model.task == "clm"
-        assert all(cfg.model.config[k] == 0.0 for k in ("attn_pdrop", "resid_pdrop", "embd_pdrop")), "TRAPS.md"
+        assert all(cfg.model.config[k] == 0.0 for k in ("attn_pdrop", "resid_pdrop", "embd_pdrop")), (
+            "dropout must be 0 (docs/notes.md, section 4)")
     else:
         assert cfg.model.path == "minilm" and cfg.model.task == "mlm" and cfg.model.tokenizer == "minilm"
 
@@ -60,7 +61,8 @@ def test_accelerate_config_validates(path):
     raw = yaml.safe_load(path.read_text())
     if path.stem.startswith("cpu"):
         assert raw["use_cpu"] is True and raw["mixed_precision"] == "no"
-    if path.stem == "cpu_2proc":  # TRAPS.md: the only CPU form that really starts two synchronised processes
+    # docs/notes.md, section 1: the only CPU form that really starts two synchronised processes
+    if path.stem == "cpu_2proc":
         assert raw["distributed_type"] == "MULTI_GPU" and raw["num_processes"] == 2
         assert "ACCELERATE_USE_CPU=true" in path.read_text().splitlines()[0]
     if path.stem == "fsdp":

@@ -50,3 +50,31 @@ def test_mlm_masking_is_deterministic_and_skips_special_tokens():
     assert chosen.any() and not chosen[:, 0].any() and not chosen[:, -1].any()
     assert torch.equal(la[chosen], ids[chosen]) and torch.equal(a[~chosen], ids[~chosen])
     assert (a[chosen] == 3).float().mean() > 0.5
+
+
+def test_random_order_is_the_study_sampler_and_resumes_exactly():
+    train = torch.arange(40 * 3).view(40, 3)
+    gen = torch.Generator().manual_seed(4)  # the study's sampler before it trained through hf_trajpe.training
+    before = [train[torch.randint(0, 40, (5,), generator=gen)] for _ in range(12)]
+    full = take(iterate_batches(train, 5, 0, 1, seed=4, order="random"), 12)
+    assert [k for k, _ in full] == list(range(12))
+    assert all(torch.equal(a, b) for a, (_, b) in zip(before, full, strict=True))
+    resumed = take(iterate_batches(train, 5, 0, 1, seed=4, start=7, order="random"), 5)
+    assert all(torch.equal(a[1], b[1]) for a, b in zip(full[7:], resumed, strict=True))
+    ranks = [take(iterate_batches(train, 5, r, 2, seed=4, order="random"), 3) for r in (0, 1)]
+    for (_, a), (_, b) in zip(*ranks, strict=True):  # one draw of 10 per micro-batch, split between ranks
+        assert a.shape == b.shape == (5, 3) and not torch.equal(a, b)
+
+
+def test_balance_takes_the_same_number_of_blocks_from_every_type():
+    from hf_trajpe.data import load_tokenizer
+    from hf_trajpe.training import DataConfig, build_run_data
+
+    types = ["code_hierarchy", "random_content"]
+    cfg = DataConfig(content_types=types, train=4, validation=0, test=0, block_size=32)
+    tok = load_tokenizer("byte")
+    full = build_run_data(cfg, tok, "clm").train
+    balanced = build_run_data(DataConfig(**{**vars(cfg), "balance": True}), tok, "clm").train
+    assert len(balanced) < len(full) and len(balanced) % 2 == 0
+    half = len(balanced) // 2
+    assert torch.equal(balanced[:half], full[:half])  # the first type's first blocks, then the second's

@@ -37,7 +37,8 @@ def test_two_cpu_processes_agree_and_the_checkpoint_reloads(tmp_path):
     proc = launch_two(out, *TRAJ)
     assert proc.stdout.count("of world size 2 (MULTI_CPU") == 2, proc.stdout[-2000:]
     r0, r1 = rank_summary(out, 0), rank_summary(out, 1)
-    assert r0["world_size"] == r1["world_size"] == 2, "TRAPS.md: a CPU launch can silently start one process"
+    assert r0["world_size"] == r1["world_size"] == 2, (
+        "a CPU launch can silently start one process (docs/notes.md, section 1)")
     assert (r0["rank"], r1["rank"]) == (0, 1) and r0["distributed_type"] == "MULTI_CPU"
     assert r0["losses"] == r1["losses"] and len(r0["losses"]) == 6
     assert r0["param_checksum"] == r1["param_checksum"], "parameters (strength included) must stay in sync"
