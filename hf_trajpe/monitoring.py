@@ -46,6 +46,10 @@ class TrajectoryMonitor:
     def record_fallbacks(self, n: int) -> None:
         self.fallback_sequences += int(n)
 
+    def record_clamped(self, n: int) -> None:
+        """Real tokens whose position was clamped at a limit (counted by the patch, which clamps)."""
+        self._add("clamped", torch.tensor(float(n)))
+
     def record_cache(self, hits: int, lookups: int) -> None:
         self.cache_hits += int(hits)
         self.cache_lookups += int(lookups)

@@ -152,6 +152,13 @@ def trajectory_positions(
 
     # non-finite steps mark a sequence as bad; masked-out (pad) tokens never count
     finite_steps = (norms < float("inf")) | ~valid  # norms are >= 0 or NaN: isfinite in one op
+    n_bad = 0
+    if not bool(finite_steps.all()):  # one host sync per call, needed for the warning
+        # an infinite norm between finite embeddings is an overflow of float32, not bad input: a full step
+        real_cols = real if past is None else torch.cat((has_prev, real), dim=1)
+        row_finite = (torch.isfinite(x).all(dim=-1) | ~real_cols).all(dim=1)
+        finite_steps = finite_steps | row_finite[:, None]
+        n_bad = int((~finite_steps.all(dim=1)).sum())
     bad = ~finite_steps.all(dim=1)  # [b]
     steps = torch.where(valid & finite_steps, alpha * torch.tanh(beta * norms), 0.0)
 
@@ -169,7 +176,6 @@ def trajectory_positions(
     positions = torch.where(real, positions, 0.0).to(torch.float32)
 
     mon = monitor if monitor is not None else global_monitor.if_enabled()
-    n_bad = int(bad.sum())  # one host sync per call, needed for the warning
     if n_bad:
         warnings.warn(
             f"trajectory_positions: {n_bad} of {b} sequence(s) have non-finite embeddings; they fall back "
@@ -228,6 +234,11 @@ def _decoding_step(
     valid = real & (num_real > 0)
     ok = valid & (norms < float("inf"))  # a step exists and is finite
     bad = valid & ~ok
+    n_bad = int(bad.sum())  # one host sync per call, needed for the warning
+    if n_bad:  # an infinite norm between finite embeddings is a float32 overflow: a full step
+        overflow = bad & torch.isfinite(x).all(dim=-1) & torch.isfinite(last).all(dim=-1)
+        ok, bad = ok | overflow, bad & ~overflow
+        n_bad = int(bad.sum())
     disp = past.displacement.to(device=device, dtype=acc) + torch.where(
         ok, alpha[:, 0] * torch.tanh(beta * norms), 0.0).to(acc)
     rank = (num_real + real.to(torch.int64) - 1).to(acc)
@@ -235,8 +246,7 @@ def _decoding_step(
     if max_positions is not None:
         positions = positions.clamp(0, max_positions - 1)
     positions = torch.where(real, positions, 0.0).to(torch.float32)[:, None]
-    if bool(bad.any()):  # one host sync per call, needed for the warning
-        n_bad = int(bad.sum())
+    if n_bad:
         warnings.warn(
             f"trajectory_positions: {n_bad} of {b} sequence(s) have non-finite embeddings; they fall back "
             "to standard integer positions (check the model's embeddings and inputs)",

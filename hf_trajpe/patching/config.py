@@ -28,6 +28,8 @@ TRAJECTORY_BASES: tuple[str, ...] = trajectory_base_names()
 #: File written beside the weights by ``save_pretrained`` on a patched model.
 CONFIG_NAME = "hf_trajpe_config.json"
 FORMAT_VERSION = 1
+#: the largest position limit: float32 positions keep 1/8 of a position past 2**20
+MAX_POSITIONS = 2**20
 
 
 @dataclass
@@ -47,9 +49,10 @@ class PatchConfig:
       ``None`` picks ``linear`` for the learned table and ``exact`` otherwise.
     - ``detach``: stop gradients from positions into the embeddings (trajectory only).
     - ``cache``/``cache_size``: the displacement cache of docs/spec.md, section 2 (trajectory only).
-    - ``max_positions``: the position limit. ``None`` keeps the model's own
-      (``max_position_embeddings``); raise it to run a learned-absolute model patched to
-      ``rope``/``alibi``/``sinusoidal``/``none`` past its original table.
+    - ``max_positions``: the most positions a sequence may address, the same for every family.
+      ``None``: the learned table's rows where the scheme reads one, no limit otherwise (RoPE, ALiBi,
+      the sinusoid and NoPE have no end). Longer sequences are refused; trajectory positions past it
+      are clamped, with one warning and a count (``PatchHandle.clamped_tokens``).
     - ``rope_theta``: base of the rotary frequencies when ``rope`` is put on a model that has none
       (models with their own rotary module keep their own frequencies).
     - ``sinusoid_scale``: amplitude of the added sinusoid (``sinusoidal``, or ``trajectory`` on it).
@@ -101,9 +104,13 @@ class PatchConfig:
         if not isinstance(self.cache_size, int) or isinstance(self.cache_size, bool) or self.cache_size < 1:
             raise ValueError(f"cache_size must be a positive integer, got {self.cache_size!r}")
         mp = self.max_positions
-        if mp is not None and (not isinstance(mp, int) or isinstance(mp, bool) or mp < 1):
-            raise ValueError(f"max_positions must be a positive integer or None, got {self.max_positions!r}")
-        if not (isinstance(self.rope_theta, (int, float)) and self.rope_theta > 1):
+        if mp is not None and (not isinstance(mp, int) or isinstance(mp, bool) or not 1 <= mp <= MAX_POSITIONS):
+            raise ValueError(
+                f"max_positions must be an integer from 1 to {MAX_POSITIONS:,} or None (no limit), got "
+                f"{self.max_positions!r} (beyond 2**20 float32 positions keep less than 1/8 of their fraction)"
+            )
+        rt = self.rope_theta
+        if isinstance(rt, bool) or not isinstance(rt, (int, float)) or not (math.isfinite(rt) and rt > 1):
             raise ValueError(f"rope_theta must be a number > 1, got {self.rope_theta!r}")
         if isinstance(self.sinusoid_scale, str):
             if self.sinusoid_scale != "embeddings":
@@ -157,5 +164,20 @@ class PatchConfig:
                 f"no {CONFIG_NAME} in {os.fspath(directory)!r}: it was not saved from a patched model "
                 "(save a patched model with model.save_pretrained(...) or hf_trajpe.save_patch(...))"
             )
-        with open(path, encoding="utf-8") as fh:
-            return cls.from_dict(json.load(fh))
+        try:
+            with open(path, encoding="utf-8") as fh:
+                data = json.load(fh)
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"cannot read {path}: {exc} (save the patch again)") from exc
+        if not isinstance(data, dict):
+            raise ValueError(f"{path} must hold a JSON object of patch options, got {type(data).__name__}")
+        version = data.get("version", FORMAT_VERSION)
+        if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= FORMAT_VERSION:
+            raise ValueError(
+                f"{path} has format version {version!r}; this hf_trajpe reads versions 1 to {FORMAT_VERSION} "
+                "(a newer hf_trajpe wrote it: upgrade hf_trajpe)"
+            )
+        try:
+            return cls.from_dict(data)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{path}: {exc}") from exc

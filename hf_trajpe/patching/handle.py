@@ -60,6 +60,11 @@ class PatchHandle:
         self.state.tokenizer = tokenizer
 
     @property
+    def clamped_tokens(self) -> int:
+        """Real tokens whose trajectory position was clamped at the position limit since patching."""
+        return self.state.clamped_tokens
+
+    @property
     def monitor(self) -> TrajectoryMonitor | None:
         """The attached :class:`~hf_trajpe.TrajectoryMonitor`, or ``None`` (the default: no overhead)."""
         return self.state.monitor

@@ -57,7 +57,7 @@ def make_pre_hook(state: PatchState, base: nn.Module, model_config) -> Callable:
         try:
             with timer:
                 state.begin_forward(inputs_embeds, input_ids, kw.get("attention_mask"), kw.get("past_key_values"),
-                                    bool(use_cache), getattr(embed, "weight", None))
+                                    bool(use_cache), getattr(embed, "weight", None), kw.get("position_ids"))
         finally:
             if texts is not None and state.call_texts is texts:
                 state.call_texts = None

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from torch import nn
 
-from .config import PatchConfig
+from .config import CONFIG_NAME, PatchConfig
 
 __all__ = ["MODULE_NAME", "STATE_NAME", "save_patch", "load_patch", "from_pretrained", "make_save_pretrained"]
 
@@ -62,15 +62,44 @@ def save_patch(model: nn.Module, directory: str | os.PathLike) -> None:
 
 
 def load_patch(model: nn.Module, directory: str | os.PathLike):
-    """Patch a freshly loaded stock model as saved in ``directory``: the Auto class plus this call."""
+    """Patch a freshly loaded stock model as saved in ``directory``: the Auto class plus this call.
+
+    Everything is read before the model is touched, and a failure after patching undoes the patch, so
+    on any error the model is as it was. A patch with learned state (a learnable strength, ...) refuses a
+    folder without its state file: loading the initial values instead would silently change the model.
+    """
     from .api import patch
 
-    handle = patch(model, PatchConfig.load(directory))
+    config = PatchConfig.load(directory)
     path = os.path.join(directory, STATE_NAME)
+    tensors = None
     if os.path.exists(path):
         from safetensors.torch import load_file
 
-        handle.state.load_state_dict(load_file(path, device=str(next(model.parameters()).device)))
+        param = next(model.parameters(), None)
+        try:
+            tensors = load_file(path, device=str(param.device) if param is not None else "cpu")
+        except Exception as exc:
+            raise ValueError(f"cannot read the patch state {path}: {exc} (the file is damaged; copy it again "
+                             "from where the model was saved)") from exc
+    handle = patch(model, config)
+    try:
+        learned = [name for name, _ in handle.state.named_parameters()]
+        if tensors is None and learned:
+            raise FileNotFoundError(
+                f"{path} is missing, but the patch saved in {os.fspath(directory)!r} has learned state "
+                f"({', '.join(learned)}); without it the model would run with the initial values. Copy "
+                f"{STATE_NAME} along with the model, or patch the stock model afresh to start over"
+            )
+        if tensors is not None:
+            try:
+                handle.state.load_state_dict(tensors)
+            except RuntimeError as exc:
+                raise ValueError(f"the patch state {path} does not fit the patch in "
+                                 f"{CONFIG_NAME}: {exc}") from exc
+    except Exception:
+        handle.unpatch()
+        raise
     return handle
 
 

@@ -42,8 +42,10 @@ class PatchPlan:
     - ``scheme``: the positional scheme that runs (the base, for trajectory); ``trajectory``: whether
       positions come from the trajectory source instead of integer ranks.
     - ``interpolation``: how the scheme is read at fractional positions; ``None`` for integer positions.
-    - ``max_positions``: the position range of the plan (trajectory clamps to it, tables are built to it);
-      ``hard_limit``: the most positions a sequence may need, or ``None`` for no limit.
+    - ``max_positions``: the most positions a sequence may address, the same for every family: the
+      learned table's rows when the scheme reads one (or fewer, if asked), the user's ``max_positions``
+      otherwise, ``None`` (no limit) when neither: RoPE, ALiBi, the sinusoid and NoPE have no end.
+      Longer sequences are refused; trajectory positions past it are clamped, with a warning and a count.
     - ``hook``: where the scheme enters the model: ``table`` (the learned table's replacement),
       ``rotary`` (the rotary module's replacement), ``embeddings`` (added to the input embeddings),
       ``attention`` (our attention function), or ``none``.
@@ -57,8 +59,7 @@ class PatchPlan:
     causal: bool
     width: int
     table_offset: int
-    max_positions: int
-    hard_limit: int | None
+    max_positions: int | None
     hook: str
     attn_stock: str
     sinusoid_scale: float
@@ -133,26 +134,17 @@ def resolve_plan(config: PatchConfig, model: nn.Module) -> PatchPlan:
         raise ValueError(f"{name} is defined for causal attention only; this {family.name} model is bidirectional")
     interpolation = check_interpolation(name, config.interpolation) if trajectory else None
 
-    # limits: the learned table's rows, or the configured / model's maximum
+    # the position limit: where a learned table ends, or what the user asked for; else none
     table_offset = int(family.table_offset(model_config)) if family.table_path else 0
-    table_rows = None
-    if family.table_path:
-        table_rows = get_path(base, family.table_path)[2].num_embeddings - table_offset
-    own_limit = table_rows if table_rows is not None else int(model_config.max_position_embeddings)
-    if config.max_positions is not None and name == "learned" and config.max_positions > table_rows:
-        raise ValueError(
-            f"max_positions={config.max_positions} exceeds the learned table ({table_rows} rows); to run "
-            "longer sequences patch to 'rope', 'alibi', 'sinusoidal' or 'none' (or trajectory on those)"
-        )
-    max_positions = config.max_positions or own_limit
-    # hard limit on integer positions: a learned table's rows, or what the user configured for a table
-    # family (its config states the table size); rotary families keep stock behaviour
+    max_positions = config.max_positions
     if name == "learned":
-        hard_limit = table_rows
-    elif family.table_path or config.max_positions is not None:
-        hard_limit = max_positions
-    else:
-        hard_limit = None
+        table_rows = get_path(base, family.table_path)[2].num_embeddings - table_offset
+        if max_positions is not None and max_positions > table_rows:
+            raise ValueError(
+                f"max_positions={max_positions} exceeds the learned table ({table_rows} rows); to run "
+                "longer sequences patch to 'rope', 'alibi', 'sinusoidal' or 'none' (or trajectory on those)"
+            )
+        max_positions = max_positions or table_rows
 
     hook = _hook(scheme_cls, family)
     attn_stock = model_config._attn_implementation
@@ -176,7 +168,7 @@ def resolve_plan(config: PatchConfig, model: nn.Module) -> PatchPlan:
     plan = PatchPlan(
         config=config, family=family, scheme=name, trajectory=trajectory, interpolation=interpolation,
         causal=causal, width=int(model_config.hidden_size), table_offset=table_offset,
-        max_positions=max_positions, hard_limit=hard_limit, hook=hook, attn_stock=attn_stock,
+        max_positions=max_positions, hook=hook, attn_stock=attn_stock,
         sinusoid_scale=float(config.sinusoid_scale), rope_theta=float(config.rope_theta),
     )
     scheme_cls.check_model(plan)

@@ -57,8 +57,7 @@ class TrajectoryPositions:
                  use_cache: bool, embedding_weight) -> tuple[torch.Tensor, torch.Tensor | None, TrajectoryPast | None]:
         cfg = state.plan.config
         alpha = self._alpha(state, embeddings.shape[0], input_ids, memory)
-        kwargs = dict(beta=cfg.beta, max_positions=state.plan.max_positions, detach=cfg.detach,
-                      monitor=state.monitor)
+        kwargs = dict(beta=cfg.beta, max_positions=None, detach=cfg.detach, monitor=state.monitor)
         if (
             self.displacement_cache is not None
             and memory is None
@@ -69,12 +68,26 @@ class TrajectoryPositions:
             version = embedding_version(embedding_weight) if embedding_weight is not None else None
             positions = self.displacement_cache.positions(input_ids, embeddings, mask, alpha, version=version,
                                                           **kwargs)
-            return positions, None, None
+            return self._clamp(state, positions), None, None
         positions, past = trajectory_positions(
             embeddings, mask, alpha, past=memory.trajectory if memory is not None else None, return_past=True,
             **kwargs,
         )
-        return positions, past.num_real, past
+        return self._clamp(state, positions), past.num_real, past
+
+    @staticmethod
+    def _clamp(state: PatchState, positions: torch.Tensor) -> torch.Tensor:
+        """Positions past the plan's limit stop at its last position; the state counts and reports them.
+        (Clamped here, not inside ``trajectory_positions``, so the count reaches the state.)"""
+        limit = state.plan.max_positions
+        if limit is None:
+            return positions
+        over = positions > limit - 1  # pads are at 0
+        count = int(over.sum())  # one host sync per forward, only where a limit exists
+        if count:
+            state.report_clamped(count)
+            positions = positions.clamp(max=limit - 1)
+        return positions
 
     def _alpha(self, state: PatchState, b: int, input_ids, memory) -> torch.Tensor:
         strength = state.strength

@@ -11,6 +11,7 @@ Shape legend: ``b`` batch, ``n`` new tokens, ``t`` all key positions (cache + ne
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -64,6 +65,28 @@ class Step:
         self.memo: dict = {}
 
 
+def check_position_ids(position_ids: torch.Tensor, mask, memory: DecodingMemory | None, b: int, n: int,
+                       device) -> None:
+    """Refuse ``position_ids`` that differ from what the patch computes: the rank of each real token,
+    continuing after the cache. Offsets and packed sequences would otherwise be ignored silently."""
+    real = torch.ones(b, n, dtype=torch.bool, device=device) if mask is None else mask.bool()
+    rank = real.to(torch.int64).cumsum(dim=1) - 1
+    if memory is not None and memory.num_real is not None:
+        rank = rank + memory.num_real.to(device)[:, None]
+    pid = position_ids.to(device)
+    if pid.dim() == 1:
+        pid = pid[None]
+    if pid.dim() != 2 or pid.shape[-1] != n or pid.shape[0] not in (1, b):
+        raise ValueError(f"position_ids must be [batch, seq] = {(b, n)}, got shape {tuple(position_ids.shape)}")
+    if not bool(((pid == rank) | ~real).all()):  # one host sync, only when the caller passes position_ids
+        raise ValueError(
+            "hf_trajpe patched models place tokens themselves: position i of each row is the rank of its real "
+            "tokens (from the 2D attention_mask, continuing after the KV cache), and position_ids that "
+            "differ (an offset start, packed sequences) are not supported. Pass position_ids=None, or "
+            "attention_mask.cumsum(-1) - 1; give packed sequences as separate rows with padding"
+        )
+
+
 class PatchState(nn.Module):
     """The per-model state of a patch (see the module docstring)."""
 
@@ -88,6 +111,25 @@ class PatchState(nn.Module):
         self.monitor = None
         self.step: Step | None = None
         self.pending: DecodingMemory | None = None
+        #: real tokens whose trajectory position was clamped at the position limit, since patching
+        self.clamped_tokens = 0
+
+    def report_clamped(self, count: int) -> None:
+        """Count clamped positions; the first time, say so (a clamped position silently merges tokens)."""
+        if self.clamped_tokens == 0:
+            warnings.warn(
+                f"hf_trajpe: {count} trajectory position(s) reached past the position limit "
+                f"(max_positions={self.plan.max_positions}, {self.describe()}) and were clamped to "
+                f"{self.plan.max_positions - 1}; " + (
+                    "the learned table ends there: use a smaller strength or shorter sequences"
+                    if self.plan.scheme == "learned" else "raise max_positions, or leave it unset for no limit")
+                + ". Shown once; PatchHandle.clamped_tokens counts them all.",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+        self.clamped_tokens += count
+        if self.monitor is not None:
+            self.monitor.record_clamped(count)
 
     @property
     def displacement_cache(self) -> DisplacementCache | None:
@@ -113,13 +155,21 @@ class PatchState(nn.Module):
         past_key_values,
         use_cache: bool,
         embedding_weight: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
     ) -> None:
         """Compute the positions of this forward (``embeddings``: token embeddings ``[b, n, d]``;
-        ``embedding_weight``: the token embedding matrix, whose version keys the displacement cache)."""
+        ``embedding_weight``: the token embedding matrix, whose version keys the displacement cache;
+        ``position_ids``: the caller's, checked against the ranks the mask implies)."""
         b, n = embeddings.shape[:2]
         device = embeddings.device
         past_len = 0
         memory = None
+        if past_key_values is not None and any(c.__name__ == "StaticCache" for c in type(past_key_values).__mro__):
+            raise NotImplementedError(
+                "hf_trajpe patched models do not support static KV caches (generate(cache_implementation="
+                "'static'), StaticCache): they pass a 4D mask and fixed-size buffers, and the patch needs the "
+                "2D padding mask to place tokens. Use the default dynamic cache (omit cache_implementation)"
+            )
         if past_key_values is not None and hasattr(past_key_values, "get_seq_length"):
             past_len = int(past_key_values.get_seq_length())
             if past_len:
@@ -136,21 +186,26 @@ class PatchState(nn.Module):
                         f"the KV cache holds hf_trajpe state for batch {memory.num_real.shape[0]}, the input has "
                         f"batch {b}; expand or select the cache rows with the model's own generate()"
                     )
-        limit = self.plan.hard_limit
+        if n == 0:
+            raise ValueError("the input has no tokens (sequence length 0); give at least one token per sequence")
+        limit = self.plan.max_positions
         if limit is not None and past_len + n > limit:
             raise ValueError(
                 f"sequence needs {past_len + n} positions but the position limit is {limit} "
                 f"({self.describe()}); patch with a larger max_positions (rope, alibi, sinusoidal or none "
-                "can run past a learned table)"
+                "have no limit of their own and can run past a learned table)"
             )
         mask = None
         if attention_mask is not None:
             if attention_mask.dim() != 2:
                 raise NotImplementedError(
-                    "hf_trajpe patched models take a 2D attention_mask [batch, seq] (1 = real token); "
-                    f"got shape {tuple(attention_mask.shape)}"
+                    "hf_trajpe patched models take a 2D attention_mask [batch, seq] (1 = real token), from which "
+                    f"they place each real token; got shape {tuple(attention_mask.shape)} (custom 4D masks "
+                    "are not supported: pass the padding mask)"
                 )
             mask = attention_mask[:, -n:].to(device)
+        if position_ids is not None:
+            check_position_ids(position_ids, mask, memory, b, n, device)
         positions, num_real, past = self.source(self, embeddings, input_ids, mask, memory, use_cache,
                                                 embedding_weight)
         key_positions = None

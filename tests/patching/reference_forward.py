@@ -88,12 +88,12 @@ def rank_positions(ids: torch.Tensor, mask: torch.Tensor | None = None) -> np.nd
     return np.where(real, np.cumsum(real, axis=1) - 1, 0).astype(np.float64)
 
 
-def position_limit(model: nn.Module, family: str) -> int:
-    """How many positions the model addresses: a learned table's rows past the offset, otherwise
-    ``max_position_embeddings``."""
-    if STOCK[family].table:
+def position_limit(model: nn.Module, family: str, scheme: str) -> int | None:
+    """How many positions the scheme can address on this model: a learned table's rows past the offset;
+    no limit for the others (RoPE, ALiBi, the sinusoid and NoPE have no end)."""
+    if scheme == "learned":
         return _table(model, family).shape[0]
-    return int(model.config.max_position_embeddings)
+    return None
 
 
 def token_embeddings(model: nn.Module, ids: torch.Tensor) -> np.ndarray:
@@ -103,8 +103,9 @@ def token_embeddings(model: nn.Module, ids: torch.Tensor) -> np.ndarray:
 
 
 def trajectory_positions(model: nn.Module, family: str, ids: torch.Tensor, mask: torch.Tensor | None = None, *,
-                         strength: float, beta: float = 2.0, max_positions: int | None = None) -> np.ndarray:
-    limit = position_limit(model, family) if max_positions is None else max_positions
+                         strength: float, beta: float = 2.0, max_positions: int | None = None,
+                         scheme: str = "rope") -> np.ndarray:
+    limit = position_limit(model, family, scheme) if max_positions is None else max_positions
     return ref.trajectory(token_embeddings(model, ids), _mask(ids, mask), strength=strength, beta=beta,
                           max_positions=limit)
 

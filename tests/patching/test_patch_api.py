@@ -201,14 +201,17 @@ def test_displacement_cache_never_changes_results(family):
 
 
 def test_fractional_positions_never_reach_the_model_forward():
-    """docs/notes.md, section 3: fractional position_ids at the top level turn the mask block-diagonal. The patched
-    model must compute the same logits whatever position_ids the caller passes."""
+    """Fractional positions never go into the model's own position_ids (transformers reads non-unit steps
+    there as packed sequences: docs/notes.md). position_ids from the caller are accepted when they are the
+    ranks the mask implies, and refused otherwise (they used to be ignored silently)."""
     model = build("llama")
     ids = random_ids(10, b=1)
     with hf_trajpe.patch(model, "trajectory", strength=0.5):
         plain = output(model, input_ids=ids)
-        odd = output(model, input_ids=ids, position_ids=torch.arange(10)[None] * 3)
-    torch.testing.assert_close(odd, plain, rtol=0, atol=0)
+        ranks = output(model, input_ids=ids, position_ids=torch.arange(10)[None])
+        with pytest.raises(ValueError, match="position_ids=None"):
+            output(model, input_ids=ids, position_ids=torch.arange(10)[None] * 3)
+    torch.testing.assert_close(ranks, plain, rtol=0, atol=0)
 
 
 @pytest.mark.slow

@@ -277,21 +277,25 @@ def test_trajectory_gradient_flows_through_positions_into_embeddings():
 
 # -- position limit -------------------------------------------------------------------------------
 @pytest.mark.parametrize("family", ["gpt2", "bert"])
-def test_raising_the_position_limit_runs_past_the_learned_table(family):
+def test_only_the_learned_table_limits_positions_by_default(family):
+    """max_positions means the same on every family: by default only a learned table has an end; given,
+    it limits every encoding alike."""
     model = build(family)
     rows = model.config.max_position_embeddings
     ids = random_ids(rows + 16, b=1)
     with pytest.raises((IndexError, RuntimeError)):
         output(model, input_ids=ids)  # stock: the table has no such rows
-    with hf_trajpe.patch(model, "native"), pytest.raises(ValueError, match="position limit"):
-        output(model, input_ids=ids)
-    with hf_trajpe.patch(model, "rope"), pytest.raises(ValueError, match="max_positions"):
+    with hf_trajpe.patch(model, "native"), pytest.raises(ValueError, match="position limit is 64"):
         output(model, input_ids=ids)
     for enc in ("rope", "alibi", "sinusoidal", "none"):
-        with hf_trajpe.patch(model, enc, max_positions=4 * rows):
+        with hf_trajpe.patch(model, enc):
             out = output(model, input_ids=ids)
         assert out.shape[1] == rows + 16 and torch.isfinite(out).all()
-    with hf_trajpe.patch(model, "trajectory", base="rope", max_positions=4 * rows):
+        with hf_trajpe.patch(model, enc, max_positions=rows), pytest.raises(ValueError, match="max_positions"):
+            output(model, input_ids=ids)
+    with hf_trajpe.patch(model, "native", max_positions=8), pytest.raises(ValueError, match="position limit is 8"):
+        output(model, input_ids=random_ids(9, b=1))
+    with hf_trajpe.patch(model, "trajectory", base="rope"):
         assert torch.isfinite(output(model, input_ids=ids)).all()
     with pytest.raises(ValueError, match="learned table"):
         hf_trajpe.patch(model, "trajectory", base="learned", max_positions=4 * rows)

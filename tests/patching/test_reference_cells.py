@@ -13,6 +13,7 @@ tolerance is a few float32 roundings, far below what any of those mistakes costs
 from __future__ import annotations
 
 import itertools
+import warnings
 
 import pytest
 import torch
@@ -101,7 +102,7 @@ def expected(model, family: str, name: str, ids, mask, **options) -> torch.Tenso
     if strength is None:
         positions = rank_positions(ids, mask)
     else:
-        positions = trajectory_positions(model, family, ids, mask, strength=strength,
+        positions = trajectory_positions(model, family, ids, mask, strength=strength, scheme=scheme,
                                          beta=options.get("beta", 2.0), max_positions=options.get("max_positions"))
     return reference_logits(model, family, scheme, ids, mask, positions,
                             rope_theta=options.get("rope_theta", 10000.0),
@@ -174,26 +175,39 @@ def test_trajectory_positions_clamp_at_max_positions(family, base, models):
         positions = trajectory_positions(model, family, ids, mask, strength=0.5, max_positions=limit)
         assert positions.max() == limit - 1  # the clamp is exercised
         want = expected(model, family, name, ids, mask, max_positions=limit)
-        got = patched(model, name, ids, mask, max_positions=limit)
+        with pytest.warns(RuntimeWarning, match=f"clamped to {limit - 1}"):
+            got = patched(model, name, ids, mask, max_positions=limit)
         assert_real_tokens_match(got, want, mask)
 
 
 @pytest.mark.parametrize("family,name,n", [
-    ("gpt2", "trajectory", 60), ("gpt2", "trajectory/sinusoidal", 60), ("roberta", "trajectory/sinusoidal", 60),
-    ("bert", "trajectory/alibi", 60), ("llama", "trajectory", 120), ("gpt_neox", "trajectory/sinusoidal", 120),
+    ("gpt2", "trajectory", 60), ("roberta", "trajectory", 60), ("gpt2", "trajectory/sinusoidal", 60),
+    ("roberta", "trajectory/sinusoidal", 60), ("bert", "trajectory/alibi", 60), ("llama", "trajectory", 120),
+    ("gpt_neox", "trajectory/sinusoidal", 120),
 ])
-def test_default_position_limit_is_the_models_own(family, name, n, models):
-    """Without max_positions, trajectory positions clamp at the last position the model addresses,
-    whatever the base: the last row of a learned table (RoBERTa: counted from its pad_token_id + 1
-    offset, so 2 fewer than max_position_embeddings), or max_position_embeddings - 1 for a rotary
-    model. (On the learned base the table's end clamps as well; the other bases see the limit alone.)"""
+def test_without_max_positions_only_a_learned_table_clamps(family, name, n, models):
+    """Without max_positions, trajectory positions clamp only where a learned table ends (its last row;
+    RoBERTa's counted from its pad_token_id + 1 offset), with a warning and a count; on RoPE, ALiBi and
+    the sinusoid they run past the model's max_position_embeddings, as integer positions would."""
     model = models(family)
     ids = random_ids(n, b=1, seed=11)
-    limit = position_limit(model, family)
+    scheme, _ = semantics(family, name)
     unclamped = trajectory_positions(model, family, ids, strength=0.5, max_positions=10**6)
-    assert unclamped.max() > limit - 1 + 0.5, "the sequence must reach past the limit"
+    table_end = position_limit(model, family, "learned") if family in LEARNED else model.config.max_position_embeddings
+    assert unclamped.max() > table_end - 1 + 0.5, "the sequence must reach past the table's end"
     want = expected(model, family, name, ids, None)
-    assert_real_tokens_match(patched(model, name, ids, None), want, None)
+    enc, opts = cell(name)
+    with hf_trajpe.patch(model, enc, **opts) as handle:
+        if scheme == "learned":
+            with pytest.warns(RuntimeWarning, match="clamped"):
+                got = output(model, input_ids=ids)
+            assert handle.clamped_tokens > 0
+        else:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                got = output(model, input_ids=ids)
+            assert handle.clamped_tokens == 0
+    assert_real_tokens_match(got, want, None)
 
 
 @pytest.mark.parametrize("family", ["gpt2", "bert"])

@@ -12,7 +12,7 @@ import torch
 
 from ...encodings.interpolation import interpolate_rows
 from ...encodings.rotary import rotary_cos_sin
-from .scheme import Scheme, register_scheme
+from .scheme import Scheme, register_scheme, table_rows_for
 
 
 @register_scheme
@@ -25,7 +25,7 @@ class Rope(Scheme):
 
     def __init__(self, plan) -> None:
         super().__init__(plan)
-        self._table: dict = {}  # one cos|sin table [max_positions, r] per frequency tensor
+        self._table: dict = {}  # one cos|sin table [rows, r] for the current frequency tensor
 
     def rotary_cos_sin(self, positions: torch.Tensor, inv_freq: torch.Tensor, attention_scaling: float,
                        dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -34,8 +34,11 @@ class Rope(Scheme):
             return rotary_cos_sin(positions, inv_freq=inv_freq, attention_scaling=attention_scaling, dtype=dtype)
         key = (inv_freq.data_ptr(), inv_freq.device)
         table = self._table.get(key)
-        if table is None:
-            grid = torch.arange(self.plan.max_positions, device=inv_freq.device, dtype=torch.float32)
+        rows = self.plan.max_positions if table is None else 0
+        if self.plan.max_positions is None:  # no limit: the table grows to what the positions need
+            rows = table_rows_for(positions, 0 if table is None else table.shape[0])
+        if rows:
+            grid = torch.arange(rows, device=inv_freq.device, dtype=torch.float32)
             cos, sin = rotary_cos_sin(grid, inv_freq=inv_freq, attention_scaling=attention_scaling)
             table = torch.cat((cos, sin), dim=-1)
             self._table = {key: table}

@@ -25,7 +25,8 @@ from torch import nn
 if TYPE_CHECKING:
     from ..plan import PatchPlan
 
-__all__ = ["CONTRIBUTIONS", "SCHEMES", "Scheme", "register_scheme", "get_scheme", "check_interpolation"]
+__all__ = ["CONTRIBUTIONS", "SCHEMES", "Scheme", "register_scheme", "get_scheme", "check_interpolation",
+           "table_rows_for"]
 
 CONTRIBUTIONS = ("additive", "rotary", "bias", "nothing")
 #: name -> scheme class, in registration order (the order in which errors list them)
@@ -124,3 +125,13 @@ def check_interpolation(scheme: str, mode: str | None) -> str:
                          f"{scheme} is read at fractional positions with {', '.join(cls.interpolations)}, "
                          f"not {mode!r}")
     return mode
+
+
+def table_rows_for(positions: torch.Tensor, rows: int) -> int:
+    """For a table of integer positions read by interpolation, with no position limit: the rows a new
+    table needs to cover ``positions`` (a power of two, at least 512), or 0 if ``rows`` already do.
+    Costs one host sync; only the non-default table interpolations of analytic schemes call it."""
+    needed = int(positions.detach().max()) + 3 if positions.numel() else 1  # (cubic reads two rows past)
+    if needed <= rows:
+        return 0
+    return max(512, 1 << (needed - 1).bit_length())

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from ...encodings.sinusoidal import SinusoidalTable, sinusoidal_encoding
-from .scheme import Scheme, register_scheme
+from .scheme import Scheme, register_scheme, table_rows_for
 
 
 @register_scheme
@@ -27,12 +27,17 @@ class Sinusoidal(Scheme):
     def __init__(self, plan) -> None:
         super().__init__(plan)
         self.table = None
-        if plan.interpolation not in (None, "exact"):
+        self.interpolated = plan.interpolation not in (None, "exact")
+        if self.interpolated and plan.max_positions is not None:
             self.table = SinusoidalTable(plan.max_positions, plan.width)
 
     def additive(self, positions: torch.Tensor, table: torch.Tensor | None) -> torch.Tensor:
         """float32 ``[b, n, d]``, times ``sinusoid_scale``; the engine casts to the model's dtype."""
-        if self.table is not None:
+        if self.interpolated:
+            if self.plan.max_positions is None:  # no limit: the table grows to what the positions need
+                rows = table_rows_for(positions, self.table.max_positions if self.table is not None else 0)
+                if rows:  # (a row does not depend on the table's size)
+                    self.table = SinusoidalTable(rows, self.plan.width).to(positions.device)
             pe = self.table(positions, self.plan.interpolation)
         else:
             pe = sinusoidal_encoding(positions, self.plan.width)
