@@ -15,6 +15,7 @@ Token-level values then go to the local ``evaluate`` metrics (``token_cross_entr
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,16 +46,18 @@ def detect_mode(model) -> str:
     return "mlm" if any("MaskedLM" in n for n in names) else "clm"
 
 
-def _set_texts(model, tokenizer, ids: torch.Tensor) -> None:
-    """Give a patched model with ``strength="auto"`` the raw texts of the batch (hf_trajpe.patch)."""
+def _texts_for(model, tokenizer, ids: torch.Tensor):
+    """A context in which a patched model with ``strength="auto"`` sees the raw texts of the batch
+    (``PatchHandle.texts``); a no-op for any other model."""
     try:
         from ..patching import get_handle
 
         handle = get_handle(model)
     except Exception:  # not a patched transformers model
-        return
+        handle = None
     if handle is not None and getattr(handle.config, "strength", None) == "auto" and tokenizer is not None:
-        handle.set_texts(tokenizer.batch_decode(ids, skip_special_tokens=True))
+        return handle.texts(tokenizer.batch_decode(ids, skip_special_tokens=True))
+    return contextlib.nullcontext()
 
 
 @torch.no_grad()
@@ -73,8 +76,8 @@ def score_blocks(model, blocks: torch.Tensor, mode: str | None = None, batch_siz
     for start in range(0, blocks.shape[0], batch_size):
         ids = blocks[start:start + batch_size]
         inputs, labels = lm_inputs(ids, mode, tokenizer, seed=mask_seed + start)
-        _set_texts(model, tokenizer, ids)
-        logits = model(input_ids=inputs.to(device), attention_mask=torch.ones_like(inputs).to(device)).logits
+        with _texts_for(model, tokenizer, ids):
+            logits = model(input_ids=inputs.to(device), attention_mask=torch.ones_like(inputs).to(device)).logits
         logits = logits.float().cpu()
         if mode == "clm":
             logits, labels = logits[:, :-1], labels[:, 1:]
