@@ -4,6 +4,8 @@
         --config configs/experiments/tiny_trajectory.yaml [key=value ...] [--resume]
 
 The shape of a torchtune recipe: setup, train, save, cleanup; the logic is in hf_trajpe.training.
+Exit status: 0 when the run is done (or stopped by train.stop_after), 2 for a bad config, path or run
+folder, 143 (SIGTERM, or the launcher's exit) and 130 (SIGINT) for a stop by signal with a checkpoint.
 See docs/finetune.md.
 """
 
@@ -13,6 +15,7 @@ import argparse
 import os
 import sys
 
+PARENT_PID = os.getppid()  # read before the heavy imports: the launcher that started this process, still alive
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -30,12 +33,13 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = parse_args(argv)
     from hf_trajpe.training import ConfigError, load_config
-    from hf_trajpe.training.trainer import Trainer
+    from hf_trajpe.training.files import RunFileError
+    from hf_trajpe.training.trainer import Trainer, exit_status, launcher_pid
 
     try:
         cfg = load_config(args.config, args.overrides)  # fails before anything is built or trained
-        trainer = Trainer(cfg, resume=args.resume).setup()
-    except (ConfigError, FileNotFoundError, FileExistsError) as err:
+        trainer = Trainer(cfg, resume=args.resume, watch_parent=launcher_pid(PARENT_PID)).setup()
+    except (ConfigError, RunFileError, FileNotFoundError, FileExistsError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     try:
@@ -44,7 +48,7 @@ def main(argv=None) -> int:
             trainer.save_final()
     finally:
         trainer.cleanup()
-    return 0
+    return exit_status(reason)
 
 
 if __name__ == "__main__":

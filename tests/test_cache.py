@@ -60,6 +60,26 @@ def test_bounded_lru():
     assert len(cache) == 3
 
 
+def test_lru_evicts_the_least_recently_used_entry_after_a_hit_refreshed_another():
+    table = torch.randn(100, 4)
+    cache = DisplacementCache(max_entries=3)
+    seqs = {name: torch.tensor([[10 * i + 1, 10 * i + 2, 10 * i + 3]]) for i, name in enumerate("ABCD")}
+
+    def hit(name: str) -> bool:
+        before = cache.hits
+        with torch.no_grad():
+            cache.positions(seqs[name], table[seqs[name]])
+        return cache.hits == before + 1
+
+    assert not any(hit(n) for n in "ABC")  # A, B, C stored; A is the oldest
+    assert hit("A")  # the hit makes A the most recently used: B is now the least
+    assert not hit("D") and len(cache) == 3  # D evicts B (not A, the oldest stored)
+    assert [hit(n) for n in "ACD"] == [True, True, True]  # these refresh A, then C, then D
+    assert not hit("B"), "B, the least recently used entry, must be the one evicted"
+    assert not hit("A"), "storing B again evicted A, now the least recently used"
+    assert len(cache) == 3
+
+
 def test_bypassed_when_gradients_must_flow():
     table = torch.randn(10, 4, requires_grad=True)
     ids = torch.tensor([[1, 2, 3]])

@@ -35,13 +35,15 @@ def quiet_libraries() -> None:
     logging.getLogger("accelerate.utils.other").setLevel(logging.ERROR)  # "Removed shared tensor ..."
 
 
-def train_run(run: Run, experiment: dict, blocks_path: str, log_every: int, threads: int = 1) -> dict:
+def train_run(run: Run, experiment: dict, blocks_path: str, log_every: int, threads: int = 1,
+              trainer_factory=None) -> dict:
     """Train ``run`` (``experiment``: its experiment config as a dict) on the blocks saved at ``blocks_path``
     (built from that config's data section), save it into ``run.folder`` atomically; return the summary.
 
     The trainer works in ``<folder>.tmp``; the model it saves there (``final/``, written by the patched
     model's ``save_pretrained``) gets the summary and is renamed to ``run.folder``: a killed study never
-    leaves a half-written model."""
+    leaves a half-written model. ``trainer_factory(cfg, blocks_path, log)``: another trainer on other saved
+    data (the task study's, :func:`hf_trajpe.study.task_train.task_trainer`)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     torch.set_num_threads(threads)
     quiet_libraries()
@@ -51,8 +53,11 @@ def train_run(run: Run, experiment: dict, blocks_path: str, log_every: int, thre
     cfg = config_from_dict(experiment)
     work = Path(cfg.output_dir)
     shutil.rmtree(work, ignore_errors=True)
-    data = RunData(torch.load(blocks_path), {}, list(cfg.data.content_types))
-    trainer = Trainer(cfg, data=data, log=lambda message: None).setup()
+    if trainer_factory is None:
+        data = RunData(torch.load(blocks_path, weights_only=True), {}, list(cfg.data.content_types))
+        trainer = Trainer(cfg, data=data, log=lambda message: None).setup()
+    else:
+        trainer = trainer_factory(cfg, blocks_path, lambda message: None).setup()
     try:
         reason = trainer.train()
         if reason != "done":  # a SIGTERM: the checkpoint in the work folder is not a finished model

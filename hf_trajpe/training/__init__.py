@@ -22,6 +22,7 @@ from .config import (
     load_config,
 )
 from .data import RunData, batch_indices, build_run_data, iterate_batches, mask_tokens
+from .files import RunFileError
 from .model import auto_model_class, build_model, load_run_tokenizer, resolve_model_path
 from .optimization import build_optimizer, build_scheduler, lr_factor
 
@@ -34,6 +35,7 @@ __all__ = [
     "ModelConfig",
     "OptimizerConfig",
     "RunData",
+    "RunFileError",
     "ScheduleConfig",
     "TrainConfig",
     "apply_overrides",

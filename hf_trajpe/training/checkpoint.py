@@ -1,9 +1,11 @@
 """Atomic checkpoints: ``accelerator.save_state`` into a temporary folder, then one rename.
 
-Layout under ``output_dir/checkpoints/``: ``step_000010/`` (complete: model, optimizer, scheduler, RNG
-states of every process, and ``trainer_state.json`` written last), never a half-written folder under
-that name. A run killed mid-save leaves ``.tmp-step_000010/``, which :func:`latest_checkpoint` ignores
-and the next save removes. Only the newest ``keep_last`` complete checkpoints are kept.
+Layout under ``output_dir/checkpoints/``: ``step_000010/`` (complete: model, optimizer, RNG states of
+every process, and ``trainer_state.json`` written last, with the step, the scheduler state and the
+evaluation history), never a half-written folder under that name: every file is fsynced before the
+rename that publishes the folder. A run killed mid-save leaves ``.tmp-step_000010/``, which
+:func:`latest_checkpoint` ignores and the next start (:func:`hf_trajpe.training.files.clean_leftovers`)
+or save removes. Only the newest ``keep_last`` complete checkpoints are kept.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+
+from .files import RunFileError, fsync_dir, fsync_tree
 
 __all__ = ["TRAINER_STATE", "checkpoint_dirs", "find_resume", "latest_checkpoint", "read_trainer_state",
            "save_checkpoint"]
@@ -49,6 +53,7 @@ def find_resume(root: str | Path, resume: bool | str, log=print) -> Path | None:
         path = Path(resume)
         if not path.is_dir():
             raise FileNotFoundError(f"--resume {str(resume)!r}: no such checkpoint folder")
+        read_trainer_state(path)  # a RunFileError naming the file if the folder is not a complete checkpoint
         return path
     latest = latest_checkpoint(root)
     if resume:
@@ -62,16 +67,28 @@ def find_resume(root: str | Path, resume: bool | str, log=print) -> Path | None:
 
 
 def read_trainer_state(checkpoint: str | Path) -> dict:
-    return json.loads((Path(checkpoint) / TRAINER_STATE).read_text())
+    """``trainer_state.json`` of a checkpoint; :class:`RunFileError` naming the file if it is missing or
+    not a JSON object."""
+    path = Path(checkpoint) / TRAINER_STATE
+    try:
+        state = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise RunFileError(f"{path} is missing: {checkpoint} is not a complete checkpoint") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise RunFileError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(state, dict) or not isinstance(state.get("step"), int) or isinstance(state["step"], bool):
+        raise RunFileError(f"{path}: not a trainer state (a JSON object with an integer 'step')")
+    return state
 
 
 def save_checkpoint(root: str | Path, step: int, trainer_state: dict, save_state: Callable[[str], None],
                     is_main: bool = True, barrier: Callable[[], None] = lambda: None, keep_last: int = 2) -> Path:
     """Write checkpoint ``step`` atomically; every process calls this (``save_state`` writes its share).
 
-    1. main: remove stale temporaries; 2. all: ``save_state(tmp)``; 3. main: ``trainer_state.json``
-    into ``tmp`` (fsync), rename ``tmp`` -> ``step_N`` (``os.replace``: atomic on one filesystem),
-    prune old checkpoints.
+    1. main: remove stale temporaries; 2. all: ``save_state(tmp)``, then fsync every file under ``tmp``
+    (each process: on a shared filesystem only the writer's fsync is sure to reach the disk); 3. main:
+    ``trainer_state.json`` into ``tmp`` (fsync), fsync ``tmp``, rename ``tmp`` -> ``step_N``
+    (``os.replace``: atomic on one filesystem), fsync ``root``, prune old checkpoints.
     """
     root = Path(root)
     final = root / f"step_{step:06d}"
@@ -83,6 +100,7 @@ def save_checkpoint(root: str | Path, step: int, trainer_state: dict, save_state
         tmp.mkdir()
     barrier()
     save_state(str(tmp))
+    fsync_tree(tmp)
     barrier()
     if is_main:
         state_path = tmp / TRAINER_STATE
@@ -90,6 +108,7 @@ def save_checkpoint(root: str | Path, step: int, trainer_state: dict, save_state
             json.dump(trainer_state, fh, indent=2)
             fh.flush()
             os.fsync(fh.fileno())
+        fsync_dir(tmp)
         if final.exists():  # the same step saved again (e.g. after a resume): replace it whole
             old = root / f".old-step_{step:06d}"
             os.replace(final, old)
@@ -97,21 +116,9 @@ def save_checkpoint(root: str | Path, step: int, trainer_state: dict, save_state
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, final)
-        _fsync_dir(root)
+        fsync_dir(root)
         for p in checkpoint_dirs(root)[:-keep_last]:
             shutil.rmtree(p, ignore_errors=True)
     barrier()
     return final
 
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

@@ -94,6 +94,26 @@ def check_transformers_config(cfg: dict, where: str) -> None:
             raise ConfigError(f"{where}.{key}: not a field of {cls.__name__}{_suggest(key, valid)}; "
                               f"known keys of {cls.__name__}: model_type, {', '.join(own)} "
                               "(and the keys every transformers config has)")
+        if isinstance(cfg[key], bool) and _numeric_field(cls, default, key):
+            raise ConfigError(f"{where}.{key}: expected a number, got {cfg[key]!r} (a boolean is not a number)")
+
+
+def _numeric_field(cls, default, key: str) -> bool:
+    """Whether ``key`` of the transformers config ``cls`` is a number (int or float, not bool): from the
+    class's annotations, else from the default value."""
+    import types
+    import typing
+
+    name = getattr(cls, "attribute_map", {}).get(key, key)
+    hints: dict = {}
+    for klass in reversed(cls.__mro__):
+        hints.update(getattr(klass, "__annotations__", {}))
+    hint = hints.get(name)
+    if hint is not None and not isinstance(hint, str):
+        args = set(typing.get_args(hint)) if typing.get_origin(hint) in (typing.Union, types.UnionType) else {hint}
+        return bool(args & {int, float}) and bool not in args
+    value = getattr(default, name, None)
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 @dataclass
@@ -282,9 +302,10 @@ class ExperimentConfig:
     def save(self, path: str | Path) -> None:
         import yaml
 
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text("# resolved config of this run (written by hf_trajpe.training)\n"
-                              + yaml.safe_dump(self.to_dict(), sort_keys=False))
+        from .files import atomic_write_text
+
+        atomic_write_text(path, "# resolved config of this run (written by hf_trajpe.training)\n"
+                          + yaml.safe_dump(self.to_dict(), sort_keys=False))
 
     def flat(self) -> dict[str, Any]:
         """Dotted keys -> scalars (lists and dicts as strings): for tracker hyper-parameters."""

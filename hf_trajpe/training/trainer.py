@@ -9,8 +9,15 @@ one loop from one CPU process to DDP and FSDP on GPUs.
 - Periodic evaluation per content type through :func:`hf_trajpe.evaluation.score_blocks`.
 - Tracker logging (TensorBoard, JSON lines) of loss, learning rate, gradient norm, tokens/s, the
   strength, and the counters of the patch's monitor (docs/spec.md, section 5).
-- Atomic checkpoints (:mod:`hf_trajpe.training.checkpoint`); SIGTERM sets a flag, the loop saves a
-  checkpoint at the next step boundary and returns.
+- Atomic checkpoints (:mod:`hf_trajpe.training.checkpoint`); SIGTERM or SIGINT sets a flag, the loop saves
+  a checkpoint at the next step boundary and returns ``"SIGTERM"``/``"SIGINT"`` (the recipe then exits with
+  :func:`exit_status`: 143 or 130). A second SIGINT interrupts at once, without a checkpoint.
+- ``watch_parent``: the pid of the launcher that started this process (``accelerate launch``, torchrun).
+  A one-process ``accelerate launch`` does not forward signals: killed, it leaves its child orphaned
+  (docs/notes.md, section 10). A thread polls ``os.getppid()``; when the launcher is gone the trainer stops
+  as on SIGTERM (checkpoint, status 143).
+- The main process holds an exclusive lock on ``output_dir`` (:class:`hf_trajpe.training.files.OutputLock`)
+  while it runs, and removes the leftovers of interrupted saves before it looks for a checkpoint.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import json
 import math
 import os
 import signal
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -30,12 +38,41 @@ from ..evaluation.masking import lm_inputs
 from .checkpoint import find_resume, latest_checkpoint, read_trainer_state, save_checkpoint
 from .config import ExperimentConfig
 from .data import RunData, build_run_data, iterate_batches
+from .files import OutputLock, atomic_write_text, clean_leftovers
 from .model import build_model, load_run_tokenizer
 from .optimization import build_optimizer, build_scheduler
 
-__all__ = ["Trainer", "check_paths", "resolve_mixed_precision"]
+__all__ = ["STOP_SIGNALS", "Trainer", "check_paths", "exit_status", "launcher_pid", "resolve_mixed_precision"]
 
 PATCH_STATE_PREFIX = "hf_trajpe."  # the patch's submodule (model.hf_trajpe) in a model's state dict
+#: the signals that stop a run with a checkpoint
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+#: environment variables set by ``accelerate launch`` (every launcher) and torchrun in their children
+LAUNCHER_ENV = ("ACCELERATE_MIXED_PRECISION", "TORCHELASTIC_RUN_ID")
+PARENT_POLL_SECONDS = 0.2
+
+
+def exit_status(reason: str) -> int:
+    """The process exit status for :meth:`Trainer.train`'s reason: 0 for ``done`` and ``stop_after``,
+    ``128 + signal number`` for a stop by signal (143 for SIGTERM, 130 for SIGINT), as a shell reports a
+    process killed by that signal."""
+    if reason in ("done", "stop_after"):
+        return 0
+    return 128 + int(getattr(signal, reason, signal.SIGTERM))
+
+
+def launcher_pid(parent: int | None = None) -> int | None:
+    """The pid of the launcher this process was started by, to pass as ``Trainer(watch_parent=...)``:
+    ``parent`` (default: ``os.getppid()``; best read at start-up) when ``accelerate launch`` or torchrun
+    started this process (they set ``ACCELERATE_MIXED_PRECISION`` / ``TORCHELASTIC_RUN_ID``), else None.
+    ``HF_TRAJPE_STOP_WITH_PARENT=1`` watches any parent, ``=0`` none."""
+    parent = os.getppid() if parent is None else parent
+    forced = os.environ.get("HF_TRAJPE_STOP_WITH_PARENT", "").strip().lower()
+    if forced in ("0", "false", "no"):
+        return None
+    if forced in ("1", "true", "yes") or any(k in os.environ for k in LAUNCHER_ENV):
+        return parent if parent > 1 else None
+    return None
 
 
 def resolve_mixed_precision(setting: str, device: str = "auto") -> str:
@@ -49,7 +86,10 @@ def resolve_mixed_precision(setting: str, device: str = "auto") -> str:
 
 
 def _print(message: str) -> None:
-    print(message, flush=True)
+    try:
+        print(message, flush=True)
+    except OSError:  # stdout closed (its reader died with the launcher): the run must go on saving
+        pass
 
 
 def check_paths(cfg: ExperimentConfig) -> None:
@@ -72,26 +112,53 @@ class Trainer:
 
     ``data``: the run's :class:`RunData` when the caller built it already (with :func:`build_run_data`
     from ``cfg.data``; the study builds it once for all its runs); ``log``: where the trainer's messages
-    go (default: stdout)."""
+    go (default: stdout); ``watch_parent``: the launcher's pid (:func:`launcher_pid`), whose exit stops
+    the run like a SIGTERM."""
 
     def __init__(self, cfg: ExperimentConfig, resume: bool | str = False, data: RunData | None = None,
-                 log=_print) -> None:
+                 log=_print, watch_parent: int | None = None) -> None:
         self.cfg = cfg
         self.log = log
         self._data = data
         self.out = Path(cfg.output_dir)
         self.ckpt_root = self.out / "checkpoints"
-        check_paths(cfg)  # a missing model or data path fails here, before anything is launched or built
-        self.resume_from: Path | None = find_resume(self.ckpt_root, resume, self.log)
         self.step = 0
         self.stop_reason: str | None = None
+        self.stop_detail = ""
         self.losses: dict[int, float] = {}
+        self.local_losses: dict[int, float] = {}  # this process's own loss, before the mean over processes
         self.eval_history: list[dict] = []
+        self.accelerator = None
         self._signal: int | None = None
-        self._old_handler = None
+        self._sigints = 0
+        self._old_handlers: dict = {}
+        self._parent = watch_parent
+        self._watch_done = threading.Event()
+        self._watcher: threading.Thread | None = None
+        check_paths(cfg)  # a missing model or data path fails here, before anything is launched or built
+        self._resume = resume
+        self._lock = OutputLock(self.out)
+        if int(os.environ.get("RANK", "0")) == 0:  # the main process (accelerate is not set up yet)
+            self._lock.acquire(log=self.log)  # refused while another trainer runs in output_dir
+        try:
+            if self._lock.held:
+                clean_leftovers(self.out, self.log)
+            self.resume_from: Path | None = find_resume(self.ckpt_root, resume, self.log)
+        except BaseException:
+            self._lock.release()
+            raise
 
     # -- setup ---------------------------------------------------------------------------------------
     def setup(self) -> Trainer:
+        """Accelerator, data, model, optimizer, checkpoint, trackers; on failure the trainer is cleaned up
+        (``output_dir`` released) before the error propagates."""
+        try:
+            return self._setup()
+        except BaseException:
+            self.cleanup()
+            raise
+
+    def _setup(self) -> Trainer:
         from accelerate import Accelerator, DistributedType
         from accelerate.utils import ProjectConfiguration, set_seed
 
@@ -113,6 +180,10 @@ class Trainer:
             project_config=ProjectConfiguration(project_dir=str(self.out), logging_dir=str(self.out / "logs")),
         )
         self._check_launch()
+        if self._resume is True and acc.num_processes > 1:
+            # the main process looked after taking the lock: a trainer that was stopping may have saved since
+            acc.wait_for_everyone()
+            self.resume_from = find_resume(self.ckpt_root, True, lambda message: None)
         self.fsdp = acc.distributed_type == DistributedType.FSDP
         self.log(f"[hf_trajpe] rank {acc.process_index} of world size {acc.num_processes} "
                  f"({acc.distributed_type.value}, device {acc.device}, mixed precision {acc.mixed_precision})")
@@ -127,7 +198,7 @@ class Trainer:
         optimizer = build_optimizer(model.parameters(), cfg)
         self.scheduler = build_scheduler(optimizer, cfg)  # not prepared: stepped once per step, any world size
         self.model, self.optimizer = acc.prepare(model, optimizer)
-        acc.register_for_checkpointing(self.scheduler)
+        # the scheduler's state goes into trainer_state.json, not into a pickle (docs/finetune.md, "Resuming")
         if self.resume_from is not None:
             state = read_trainer_state(self.resume_from)
             for key, now in (("world_size", acc.num_processes), ("batch_size", cfg.train.batch_size),
@@ -135,7 +206,9 @@ class Trainer:
                 if state.get(key) != now:
                     warnings.warn(f"resuming with {key}={now}, the checkpoint was saved with {state.get(key)}: the "
                                   "data order (hence the loss curve) differs from an uninterrupted run", stacklevel=2)
+            self._check_rng_state(acc.process_index)
             acc.load_state(str(self.resume_from))
+            self._load_scheduler(state)
             self.step = int(state["step"])
             self.eval_history = state.get("eval_history", [])
             if acc.is_main_process:
@@ -159,13 +232,80 @@ class Trainer:
                 f"the accelerate config asks for FSDP but accelerate set up {acc.distributed_type.value}: accelerate "
                 "runs FSDP on GPUs only (on CPU it falls back silently); use configs/accelerate/cpu_2proc.yaml on CPU")
 
-    # -- training --------------------------------------------------------------------------------------
-    def _install_signal_handler(self) -> None:
-        def handler(signum, frame):
-            self._signal = signum
+    def _check_rng_state(self, index: int) -> None:
+        """This process's RNG file must load with accelerate's own loader (``torch.load(weights_only=True)``
+        and numpy arrays): ``accelerate.load_state`` would skip an unreadable one silently and resume with
+        other random states."""
+        from accelerate.utils import load
+        from accelerate.utils.constants import RNG_STATE_NAME
 
-        with contextlib.suppress(ValueError):  # not in the main thread
-            self._old_handler = signal.signal(signal.SIGTERM, handler)
+        from .files import RunFileError
+
+        path = self.resume_from / f"{RNG_STATE_NAME}_{index}.pkl"
+        if not path.is_file():
+            raise RunFileError(f"{path} is missing: the checkpoint lacks the random states of process {index}")
+        try:
+            load(path)
+        except Exception as err:  # any failure of the restricted unpickler
+            reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise RunFileError(f"{path}: cannot be read with torch.load(weights_only=True) ({reason}); the "
+                               "checkpoint is damaged or holds more than random states: resume only checkpoints "
+                               "you trust") from None
+
+    def _load_scheduler(self, state: dict) -> None:
+        """The scheduler's state from ``trainer_state.json``; a checkpoint saved before it was stored
+        there: the schedule is a function of the step, so the scheduler is stepped to it."""
+        saved = state.get("scheduler")
+        if saved is not None:
+            self.scheduler.load_state_dict(saved)
+            return
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "scheduler.step() before optimizer.step()"
+            for _ in range(int(state["step"])):
+                self.scheduler.step()
+
+    # -- stopping: signals and the launcher's exit ------------------------------------------------------
+    def request_stop(self, signum: int = signal.SIGTERM, detail: str = "") -> None:
+        """Stop at the next step boundary with a checkpoint, as if ``signum`` had arrived."""
+        if self._signal is None:
+            self._signal, self.stop_detail = int(signum), detail
+            self._lock.mark("stopping")  # a run waiting for output_dir waits for this one's checkpoint
+
+    def _install_signal_handlers(self) -> None:
+        def handler(signum, frame):
+            if signum == signal.SIGINT:
+                self._sigints += 1
+                if self._sigints > 1:
+                    raise KeyboardInterrupt  # a second Ctrl-C: stop now, without a checkpoint
+            self.request_stop(signum)
+
+        for signum in STOP_SIGNALS:
+            with contextlib.suppress(ValueError):  # not in the main thread: no handler
+                self._old_handlers[signum] = signal.signal(signum, handler)
+        if self._parent is not None and self._watcher is None:
+            self._watcher = threading.Thread(target=self._watch_parent, name="hf_trajpe-watch-parent", daemon=True)
+            self._watcher.start()
+
+    def _watch_parent(self) -> None:
+        parent = self._parent
+        while True:
+            if os.getppid() != parent:
+                # a signal sent to the whole process group (Ctrl-C) killed the launcher too: let its handler
+                # run first, so that the stop is named after it
+                if not self._watch_done.wait(PARENT_POLL_SECONDS):
+                    self.request_stop(signal.SIGTERM, f"the launcher, pid {parent}, exited")
+                return
+            if self._watch_done.wait(PARENT_POLL_SECONDS):
+                return
+
+    def _restore_signal_handlers(self) -> None:
+        self._watch_done.set()
+        for signum, old in self._old_handlers.items():
+            with contextlib.suppress(ValueError, TypeError):
+                signal.signal(signum, old)
+        self._old_handlers = {}
+
+    # -- training --------------------------------------------------------------------------------------
 
     def _micro_seed(self, k: int) -> int:
         return (self.cfg.seed * 1_000_003 + k) * 4099 + self.accelerator.process_index
@@ -181,8 +321,9 @@ class Trainer:
         return self.model(input_ids=inputs, labels=labels, **kwargs).loss
 
     def train(self) -> str:
-        """Train to ``train.max_steps`` (or ``train.stop_after``, or a SIGTERM). Returns why it stopped:
-        ``"done"``, ``"stop_after"`` or ``"SIGTERM"``."""
+        """Train to ``train.max_steps`` (or ``train.stop_after``, or a SIGTERM/SIGINT, or the launcher's
+        exit). Returns why it stopped: ``"done"``, ``"stop_after"``, ``"SIGTERM"`` (the launcher's exit
+        included: :attr:`stop_detail` says so) or ``"SIGINT"``; :func:`exit_status` maps it to a status."""
         from tqdm.auto import tqdm
 
         cfg, acc = self.cfg, self.accelerator
@@ -194,12 +335,19 @@ class Trainer:
         tokens_per_step = t.batch_size * block * accum * acc.num_processes
         bar = tqdm(total=t.max_steps, initial=self.step, desc=f"{cfg.name}", unit="step", dynamic_ncols=True,
                    disable=not (acc.is_main_process and cfg.logging.progress))
-        self._install_signal_handler()
+        self._install_signal_handlers()
         self.model.train()
         window_seconds, window_tokens = 0.0, 0  # training time only: evaluation and saving excluded
         self.train_seconds = 0.0
         reason = "done"
-        while self.step < t.max_steps:
+        if self.step < t.max_steps:  # a stop asked for during set-up: nothing trained since the checkpoint
+            if self._parent is not None and os.getppid() != self._parent:
+                self.request_stop(signal.SIGTERM, f"the launcher, pid {self._parent}, exited")
+            if self._signal is not None:
+                acc.set_trigger()
+            if acc.check_trigger():
+                reason = self._signal_name()
+        while self.step < t.max_steps and reason == "done":
             step_start = time.perf_counter()
             step_loss = torch.zeros((), device=acc.device)
             for i in range(accum):
@@ -216,6 +364,7 @@ class Trainer:
             self.scheduler.step()
             self.optimizer.zero_grad(set_to_none=True)
             self.step += 1
+            self.local_losses[self.step] = float(step_loss)  # before the mean: evidence of this rank's own data
             loss_value = float(acc.reduce(step_loss, reduction="mean"))
             if not math.isfinite(loss_value):
                 raise FloatingPointError(f"{cfg.name}: the loss became {loss_value} at step {self.step}; lower "
@@ -242,7 +391,7 @@ class Trainer:
             if (t.save_every and self.step % t.save_every == 0) or last or stop_signal or stop_after:
                 self.save_checkpoint()
             if stop_signal:
-                reason = "SIGTERM"
+                reason = self._signal_name()
                 break
             if stop_after:
                 reason = "stop_after"
@@ -250,9 +399,16 @@ class Trainer:
         bar.close()
         self.stop_reason = reason
         if acc.is_main_process and reason != "done":
-            self.log(f"[hf_trajpe] stopped at step {self.step} ({reason}); checkpoint "
-                     f"{latest_checkpoint(self.ckpt_root)}; continue with --resume")
+            detail = f": {self.stop_detail}" if self.stop_detail and reason != "stop_after" else ""
+            status = f"; exit status {exit_status(reason)}" if reason != "stop_after" else ""
+            latest = latest_checkpoint(self.ckpt_root)
+            where = f"checkpoint {latest}; continue with --resume" if latest else "no checkpoint yet"
+            self.log(f"[hf_trajpe] stopped at step {self.step} ({reason}{detail}); {where}{status}")
         return reason
+
+    def _signal_name(self) -> str:
+        """The stop signal's name; ``SIGTERM`` on a process that stopped because another one was signalled."""
+        return signal.Signals(self._signal).name if self._signal is not None else "SIGTERM"
 
     def _strength_value(self) -> float | None:
         strength = getattr(self.handle.state, "strength", None) if self.handle is not None else None
@@ -306,7 +462,7 @@ class Trainer:
             self.eval_history = [e for e in self.eval_history if e["step"] != self.step]
             self.eval_history.append({"step": self.step, **results})
             if acc.is_main_process:
-                (self.out / "eval.json").write_text(json.dumps(self.eval_history, indent=2) + "\n")
+                atomic_write_text(self.out / "eval.json", json.dumps(self.eval_history, indent=2) + "\n")
         return results
 
     # -- saving ------------------------------------------------------------------------------------------
@@ -315,7 +471,8 @@ class Trainer:
         state = {"step": self.step, "micro_batches": self.step * t.gradient_accumulation_steps,
                  "world_size": acc.num_processes, "batch_size": t.batch_size,
                  "gradient_accumulation_steps": t.gradient_accumulation_steps, "max_steps": t.max_steps,
-                 "seed": self.cfg.seed, "eval_history": self.eval_history}
+                 "seed": self.cfg.seed, "eval_history": self.eval_history,
+                 "scheduler": self.scheduler.state_dict()}
         return save_checkpoint(self.ckpt_root, self.step, state, acc.save_state, acc.is_main_process,
                                acc.wait_for_everyone, t.keep_last)
 
@@ -357,15 +514,14 @@ class Trainer:
             checksum = float(sum(v.detach().double().sum() for v in state_dict.values() if torch.is_tensor(v)))
         summary = {"rank": acc.process_index, "world_size": acc.num_processes,
                    "distributed_type": acc.distributed_type.value, "step": self.step, "stop_reason": self.stop_reason,
-                   "losses": {str(k): v for k, v in self.losses.items()}, "param_checksum": checksum,
+                   "losses": {str(k): v for k, v in self.losses.items()},
+                   "local_losses": {str(k): v for k, v in self.local_losses.items()}, "param_checksum": checksum,
                    "train_seconds": getattr(self, "train_seconds", None)}
         if acc.is_main_process:  # a probe to check that the saved model reloads to the same outputs
             probe = next(iter(self.data.eval_blocks.values()), self.data.train)[:2]
             summary["probe_input_ids"] = probe.tolist()
             summary["probe_logits_sum"] = self._probe(probe)
-        path = self.out / "ranks" / f"rank_{acc.process_index}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(summary, indent=2) + "\n")
+        atomic_write_text(self.out / "ranks" / f"rank_{acc.process_index}.json", json.dumps(summary, indent=2) + "\n")
 
     @torch.no_grad()
     def _probe(self, ids: torch.Tensor) -> float | None:
@@ -379,7 +535,11 @@ class Trainer:
         return value if math.isfinite(value) else None
 
     def cleanup(self) -> None:
-        if self._old_handler is not None:
-            with contextlib.suppress(ValueError):
-                signal.signal(signal.SIGTERM, self._old_handler)
-        self.accelerator.end_training()
+        """Restore the signal handlers, stop watching the launcher, end the trackers, release
+        ``output_dir``. Safe to call when :meth:`setup` failed or never ran."""
+        self._restore_signal_handlers()
+        try:
+            if self.accelerator is not None:
+                self.accelerator.end_training()
+        finally:
+            self._lock.release()

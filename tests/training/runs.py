@@ -11,6 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE = ROOT / "recipes" / "finetune.py"
 TINY = ROOT / "configs" / "experiments" / "tiny_native.yaml"
+CPU_1PROC = ROOT / "configs" / "accelerate" / "cpu.yaml"
 #: small and fast: 30 documents per type (~180 blocks of 64 byte tokens), batch 4, an eval every 4 steps
 FAST = ["data.train=30", "data.validation=4", "data.eval_blocks=2", "train.batch_size=4", "train.log_every=1",
         "logging.progress=false"]
@@ -25,6 +26,16 @@ def env() -> dict:
 def recipe_cmd(config: Path, out: Path, *overrides: str, resume: bool = False) -> list[str]:
     cmd = [sys.executable, str(RECIPE), "--config", str(config), f"output_dir={out}", *FAST, *overrides]
     return cmd + (["--resume"] if resume else [])
+
+
+def launcher_cmd(config: Path, out: Path, *overrides: str, accelerate_config: Path = CPU_1PROC) -> list[str]:
+    """The documented command: ``accelerate launch --config_file ... recipes/finetune.py --config ...``."""
+    import shutil
+
+    accelerate = shutil.which("accelerate")
+    assert accelerate, "the accelerate command is not installed"
+    return [accelerate, "launch", "--config_file", str(accelerate_config), str(RECIPE), "--config", str(config),
+            f"output_dir={out}", *FAST, *overrides]
 
 
 def run_recipe(config: Path, out: Path, *overrides: str, resume: bool = False, check: bool = True,
@@ -44,3 +55,30 @@ def losses(out: Path) -> dict[int, float]:
 
 def rank_summary(out: Path, rank: int = 0) -> dict:
     return json.loads((out / "ranks" / f"rank_{rank}.json").read_text())
+
+
+def descendants(pid: int) -> list[int]:
+    """Processes below ``pid`` (Linux: read from /proc)."""
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(stat.parent.name)] = int(fields[1])
+    found, frontier = [], [pid]
+    while frontier:
+        p = frontier.pop()
+        kids = [c for c, pp in parents.items() if pp == p]
+        found += kids
+        frontier += kids
+    return found
+
+
+def running(pid: int) -> bool:
+    """``pid`` exists and is not a zombie."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")

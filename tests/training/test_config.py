@@ -97,3 +97,28 @@ def test_encoding_null_trains_the_model_unpatched_and_nested_keys_are_named():
     for override, key in (["data.order=shuffled", "data.order"], ["train.device=tpu", "train.device"]):
         with pytest.raises(ConfigError, match=key):
             load_config(TINY, [override])
+
+
+@pytest.mark.parametrize("override,key", [
+    ("train.max_steps=true", "train.max_steps"),
+    ("optimizer.lr=true", "optimizer.lr"),
+    ("train.max_grad_norm=false", "train.max_grad_norm"),
+    ("optimizer.betas=[true, 0.99]", "optimizer.betas[0]"),
+    ("seed=false", "seed"),
+    ("model.config.n_layer=true", "model.config.n_layer"),
+    ("model.config.resid_pdrop=false", "model.config.resid_pdrop"),
+    ("model.config.num_hidden_layers=true", "model.config.num_hidden_layers"),  # an alias of n_layer
+    ("encoding.options={strength: true}", "encoding.options"),
+])
+def test_a_boolean_is_not_a_number(override, key):
+    """YAML reads `true` as a bool, and Python's bool is an int: without this check `train.max_steps: true`
+    would train one step and `model.config.n_layer: true` build one layer."""
+    with pytest.raises(ConfigError) as err:
+        load_config(TINY, [override, "encoding.name=trajectory"])
+    assert key in str(err.value) and ("True" in str(err.value) or "False" in str(err.value)
+                                      or "bool" in str(err.value)), str(err.value)
+
+
+def test_booleans_stay_valid_where_the_field_is_a_boolean():
+    cfg = load_config(TINY, ["model.config.use_cache=false", "logging.progress=false", "data.balance=true"])
+    assert cfg.model.config["use_cache"] is False and cfg.logging.progress is False and cfg.data.balance is True

@@ -23,13 +23,32 @@ def test_resumed_iteration_equals_the_uninterrupted_one_across_epochs():
     assert not torch.equal(full[0][1], take(iterate_batches(train, 4, 0, 1, seed=6), 1)[0][1])
 
 
-def test_ranks_get_disjoint_blocks_within_an_epoch():
-    n, b, world = 40, 3, 2
+def expected_blocks(k: int, n: int, b: int, rank: int, world: int, seed: int) -> list[int]:
+    """The documented order, written out here: epoch e is torch.randperm(n) drawn from a generator seeded
+    with seed + e; micro-batch j of process r holds perm[(j*W + r)*B : (j*W + r + 1)*B]."""
     per = n // (b * world)
-    seen = [torch.cat([batch_indices(k, n, b, r, world, seed=0) for k in range(per)]) for r in range(world)]
-    both = torch.cat(seen)
-    assert len(set(both.tolist())) == len(both) == per * b * world
-    assert torch.equal(batch_indices(per, n, b, 0, world, 0), batch_indices(per, n, b, 0, world, 0))
+    epoch, j = divmod(k, per)
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed + epoch)).tolist()
+    return perm[(j * world + rank) * b:(j * world + rank + 1) * b]
+
+
+def test_ranks_get_disjoint_blocks_within_an_epoch_in_the_documented_order():
+    n, b, world, seed = 40, 3, 2, 7
+    per = n // (b * world)  # 6 micro-batches per epoch; 2 blocks per epoch are left out
+    train = torch.arange(n)[:, None] * 10  # block i is the row [10 * i]
+    for rank in range(world):
+        got = take(iterate_batches(train, b, rank, world, seed), 2 * per + 1)  # into a third epoch
+        for k, blocks in got:
+            want = expected_blocks(k, n, b, rank, world, seed)
+            assert batch_indices(k, n, b, rank, world, seed).tolist() == want, f"rank {rank}, micro-batch {k}"
+            assert (blocks[:, 0] // 10).tolist() == want, f"rank {rank}, micro-batch {k}"
+    seen = [[i for k in range(per) for i in expected_blocks(k, n, b, r, world, seed)] for r in range(world)]
+    assert not set(seen[0]) & set(seen[1]) and len(set(seen[0] + seen[1])) == per * b * world
+    # every epoch is a new permutation, and the seed changes it
+    first = [batch_indices(k, n, b, 0, world, seed).tolist() for k in range(per)]
+    second = [batch_indices(per + k, n, b, 0, world, seed).tolist() for k in range(per)]
+    assert first != second
+    assert first != [batch_indices(k, n, b, 0, world, seed + 1).tolist() for k in range(per)]
 
 
 def test_mlm_masking_is_deterministic_and_skips_special_tokens():

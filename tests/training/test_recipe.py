@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import json
+import os
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -13,7 +17,7 @@ import torch
 import hf_trajpe
 from hf_trajpe.training.checkpoint import TRAINER_STATE, checkpoint_dirs
 
-from .runs import RECIPE, TINY, env, losses, rank_summary, recipe_cmd, run_recipe
+from .runs import RECIPE, TINY, descendants, env, launcher_cmd, losses, rank_summary, recipe_cmd, run_recipe, running
 
 #: trajectory with a learnable strength, warm-up + linear decay, gradient accumulation, evaluation mid-run
 RESUME = ["encoding.name=trajectory", "encoding.options={strength: 0.3, learnable_strength: true}",
@@ -60,48 +64,141 @@ def test_resumed_run_has_the_uninterrupted_loss_curve_and_saves_a_reloadable_mod
 
 
 def _eval(out):
-    import json
-
     return json.loads((out / "eval.json").read_text())
 
 
-def test_sigterm_saves_a_checkpoint_and_the_resumed_curve_matches(tmp_path):
-    run = tmp_path / "run"
-    common = ["schedule.name=constant", "schedule.warmup_steps=0", "train.eval_every=0", "train.keep_last=3"]
-    proc = subprocess.Popen(recipe_cmd(TINY, run, *common, "train.max_steps=100000", "train.save_every=5"),
-                            cwd=RECIPE.parents[1], env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-    try:
-        deadline = time.time() + 120
-        while not (run / "checkpoints" / "step_000005").exists():
-            assert proc.poll() is None, proc.communicate()[1][-3000:]
-            assert time.time() < deadline, "no checkpoint after 120 s"
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, err[-3000:]
-    assert "(SIGTERM)" in out
+COMMON = ["schedule.name=constant", "schedule.warmup_steps=0", "train.eval_every=0", "train.keep_last=3"]
+
+
+def _start_endless(cmd: list[str], run, log_path):
+    """Start ``cmd`` (a run of 100000 steps, a checkpoint every 5) in its own session; wait for step_000005."""
+    log = open(log_path, "w")
+    proc = subprocess.Popen(cmd, cwd=RECIPE.parents[1], env=env(), stdout=log, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    log.close()
+    deadline = time.time() + 120
+    while not (run / "checkpoints" / "step_000005").exists():
+        assert proc.poll() is None, log_path.read_text()[-3000:]
+        assert time.time() < deadline, "no checkpoint after 120 s"
+        time.sleep(0.05)
+    return proc
+
+
+def _wait_gone(pids: list[int], seconds: float) -> list[int]:
+    deadline = time.time() + seconds
+    while any(running(p) for p in pids) and time.time() < deadline:
+        time.sleep(0.1)
+    return [p for p in pids if running(p)]
+
+
+def _assert_complete_checkpoints(run) -> int:
+    """Every checkpoint complete, none half-written, the last one at the last step trained; its step."""
     ckpts = checkpoint_dirs(run / "checkpoints")
     assert not list((run / "checkpoints").glob(".tmp-*")), "no half-written checkpoint may remain"
-    for c in ckpts:  # every checkpoint is complete
-        assert {TRAINER_STATE, "model.safetensors", "optimizer.bin", "random_states_0.pkl"} <= {
-            p.name for p in c.iterdir()}
+    for c in ckpts:
+        names = {p.name for p in c.iterdir()}
+        assert {TRAINER_STATE, "model.safetensors", "optimizer.bin", "random_states_0.pkl"} <= names
+        assert not [n for n in names if n.startswith("custom_checkpoint")], "the scheduler is not pickled"
+        assert "scheduler" in json.loads((c / TRAINER_STATE).read_text())
     stopped = int(ckpts[-1].name.split("_")[1])
     assert stopped >= 5
     names = [c.name for c in ckpts]
     assert "step_000005" in names or len(names) == 3, f"a checkpoint was lost: {names}"
     assert max(losses(run)) == stopped, "the last checkpoint is the last step trained"
+    return stopped
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the process tree from /proc")
+def test_sigterm_to_the_accelerate_launcher_stops_the_trainer_with_a_checkpoint_and_resume_continues(tmp_path):
+    """The documented one-process command (accelerate launch, configs/accelerate/cpu.yaml): SIGTERM to the
+    launcher's PID. The launcher does not forward it; the trainer sees its parent go, checkpoints and exits."""
+    run = tmp_path / "run"
+    proc = _start_endless(launcher_cmd(TINY, run, *COMMON, "train.max_steps=100000", "train.save_every=5"), run,
+                          tmp_path / "launch.log")
+    try:
+        trainers = descendants(proc.pid)
+        assert trainers, "the launcher started no process"
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=60)
+        assert rc == -signal.SIGTERM, f"the launcher must die of SIGTERM (status 143 in a shell), got {rc}"
+        left = _wait_gone(trainers, 60)
+        assert not left, f"orphaned trainer process(es) {left} still running 60 s after the launcher died"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # the launcher's session: an orphan too, if the test failed
+    last = [line for line in (tmp_path / "launch.log").read_text().splitlines() if line.strip()][-1]
+    assert f"(SIGTERM: the launcher, pid {proc.pid}, exited)" in last and last.endswith("exit status 143"), last
+    stopped = _assert_complete_checkpoints(run)
 
     end = stopped + 3
-    run_recipe(TINY, run, *common, f"train.max_steps={end}", resume=True)
+    second = run_recipe(TINY, run, *COMMON, f"train.max_steps={end}", resume=True)
+    assert f"at step {stopped}" in second.stdout, second.stdout[-2000:]
     ref = tmp_path / "ref"
-    run_recipe(TINY, ref, *common, f"train.max_steps={end}")
+    run_recipe(TINY, ref, *COMMON, f"train.max_steps={end}")
     diff = max_abs_diff(losses(ref), losses(run))
-    print(f"SIGTERM at step {stopped}, resumed to {end}: max |loss difference| = {diff:.3g}")
+    print(f"SIGTERM to the launcher at step {stopped}, resumed to {end}: max |loss difference| = {diff:.3g}")
     assert diff <= 1e-6
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the process tree from /proc")
+@pytest.mark.parametrize("how", ["SIGINT to the launcher", "Ctrl-C to the process group", "SIGTERM to the trainer",
+                                 "SIGINT to the trainer"])
+def test_every_signal_path_stops_with_a_checkpoint_and_a_signal_status(tmp_path, how):
+    """About 7 s each: the other ways a run is stopped by a signal. Without a launcher the recipe's own exit
+    status says which signal stopped it (143 SIGTERM, 130 SIGINT)."""
+    run = tmp_path / "run"
+    overrides = (*COMMON, "train.max_steps=100000", "train.save_every=5")
+    launched = "launcher" in how or "group" in how
+    cmd = launcher_cmd(TINY, run, *overrides) if launched else recipe_cmd(TINY, run, *overrides)
+    proc = _start_endless(cmd, run, tmp_path / "launch.log")
+    sig = signal.SIGTERM if "SIGTERM" in how else signal.SIGINT
+    try:
+        trainers = descendants(proc.pid) if launched else [proc.pid]
+        if "group" in how:
+            os.killpg(proc.pid, sig)  # what a terminal does on Ctrl-C
+        else:
+            proc.send_signal(sig)
+        rc = proc.wait(timeout=60)
+        assert not _wait_gone(trainers, 60), "an orphaned trainer is still running"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    text = (tmp_path / "launch.log").read_text()
+    # SIGINT to the launcher alone kills it (KeyboardInterrupt); the trainer stops on the launcher's exit
+    stopped_by = "SIGTERM" if how == "SIGINT to the launcher" else sig.name
+    status = {"SIGTERM": 143, "SIGINT": 130}[stopped_by]
+    if launched:
+        assert rc == -sig, f"the launcher must die of {sig.name}, got {rc}"
+    else:
+        assert rc == status, f"the recipe must exit with {status} after {sig.name}, got {rc}\n{text[-2000:]}"
+    lines = [line for line in text.splitlines() if line.startswith("[hf_trajpe] stopped at step")]
+    assert len(lines) == 1 and f"({stopped_by}" in lines[0] and lines[0].endswith(f"exit status {status}"), text[-2000:]
+    _assert_complete_checkpoints(run)
+
+
+@pytest.mark.parametrize("reason,status", [("done", 0), ("stop_after", 0), ("SIGTERM", 143), ("SIGINT", 130)])
+def test_the_recipe_exit_status_says_why_the_run_stopped(monkeypatch, tmp_path, reason, status):
+    from hf_trajpe.training import trainer as trainer_module
+
+    class FakeTrainer:
+        def __init__(self, cfg, resume=False, watch_parent=None):
+            self.watch_parent = watch_parent
+
+        def setup(self):
+            return self
+
+        def train(self):
+            return reason
+
+        def save_final(self):
+            pass
+
+        def cleanup(self):
+            pass
+
+    monkeypatch.setattr(trainer_module, "Trainer", FakeTrainer)
+    assert _recipe_main()(["--config", str(TINY), f"output_dir={tmp_path}"]) == status
 
 
 def _recipe_main():
@@ -130,3 +227,18 @@ def test_existing_checkpoints_need_resume(tmp_path, capsys):
     (tmp_path / "checkpoints" / "step_000002" / TRAINER_STATE).write_text('{"step": 2}')
     rc = _recipe_main()(["--config", str(TINY), f"output_dir={tmp_path}"])
     assert rc == 2 and "pass --resume" in capsys.readouterr().err
+
+
+def test_the_launcher_is_watched_only_when_a_launcher_started_the_run(monkeypatch):
+    from hf_trajpe.training.trainer import LAUNCHER_ENV, launcher_pid
+
+    for key in (*LAUNCHER_ENV, "HF_TRAJPE_STOP_WITH_PARENT"):
+        monkeypatch.delenv(key, raising=False)
+    assert launcher_pid(4321) is None, "a run started from a shell (nohup ... &) must outlive its shell"
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "no")  # set by accelerate launch in its child
+    assert launcher_pid(4321) == 4321 and launcher_pid(1) is None
+    monkeypatch.setenv("HF_TRAJPE_STOP_WITH_PARENT", "0")
+    assert launcher_pid(4321) is None
+    monkeypatch.delenv("ACCELERATE_MIXED_PRECISION")
+    monkeypatch.setenv("HF_TRAJPE_STOP_WITH_PARENT", "1")
+    assert launcher_pid(4321) == 4321
