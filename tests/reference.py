@@ -66,3 +66,41 @@ def rope_rotate(x: np.ndarray, positions: np.ndarray, base: float = 10000.0, lay
         out[:, a] = x[:, a] * c - x[:, b] * s
         out[:, b] = x[:, a] * s + x[:, b] * c
     return out
+
+
+def cope_attention(query: np.ndarray, key: np.ndarray, value: np.ndarray, vectors: np.ndarray, scaling: float,
+                   real: np.ndarray | None = None) -> np.ndarray:
+    """Causal self-attention of one sequence with CoPE (docs/spec.md, section 2.15), plain loops.
+
+    ``query`` ``[h, n, e]``; ``key``, ``value`` ``[hk, n, e]`` (query head ``a`` reads key/value head
+    ``a // (h // hk)``); ``vectors`` ``[e, npos_max]``; ``real`` bool ``[n]`` (pads ``False``). Query ``i``
+    attends to the real keys ``j <= i``: gates ``g_ij = sigmoid(scaling q_i.k_j)``, positions
+    ``p_ij = min(sum of g_ik over real k in [j, i], npos_max - 1)``, ``e(p)`` interpolated linearly
+    between columns ``floor(p)`` and ``ceil(p)``, scores ``scaling q_i.k_j + q_i.e(p_ij)``. Rows of pad
+    queries are zero."""
+    q, k, v = (np.asarray(x, dtype=np.float64) for x in (query, key, value))
+    vec = np.asarray(vectors, dtype=np.float64)
+    h, n, e = q.shape
+    group = h // k.shape[0]
+    npos = vec.shape[1]
+    real = np.ones(n, dtype=bool) if real is None else np.asarray(real).astype(bool)
+    out = np.zeros((h, n, e))
+    for a in range(h):
+        kk, vv = k[a // group], v[a // group]
+        for i in range(n):
+            if not real[i]:
+                continue
+            keys = [j for j in range(i + 1) if real[j]]
+            gate = {j: 1.0 / (1.0 + math.exp(-scaling * float(q[a, i] @ kk[j]))) for j in keys}
+            scores = []
+            for j in keys:
+                p = min(sum(gate[m] for m in keys if m >= j), npos - 1)
+                lo, hi = math.floor(p), math.ceil(p)
+                w = p - lo
+                e_p = (1.0 - w) * vec[:, lo] + w * vec[:, hi]
+                scores.append(scaling * float(q[a, i] @ kk[j]) + float(q[a, i] @ e_p))
+            s = np.array(scores)
+            att = np.exp(s - s.max())
+            att /= att.sum()
+            out[a, i] = sum(w_j * vv[j] for w_j, j in zip(att, keys, strict=True))
+    return out

@@ -5,7 +5,7 @@ How the engine is laid out (each file one concept):
 - ``config.py``: :class:`PatchConfig`, the user's options, validated and saved as JSON.
 - ``schemes/``: the positional schemes as registered plug-ins (learned table, sinusoidal, RoPE, ALiBi,
   NoPE), each declaring what it contributes and what it can do.
-- ``families/``: where each model family keeps its positions (adapters keyed by ``model_type``).
+- ``families/``: where a model keeps its positions, found from its structure (overrides by ``model_type``).
 - ``plan.py``: :func:`resolve_plan`, the one place that turns options and a model into a plan.
 - ``sources.py``: where positions come from (integer ranks, or trajectory).
 - ``state.py``: the per-model state; ``modules.py``: the replacement table and rotary modules;
@@ -18,7 +18,7 @@ How the engine is laid out (each file one concept):
 from .api import PatchHandle, get_handle, patch, unpatch
 from .attention import register_attention
 from .config import CONFIG_NAME, ENCODINGS, TRAJECTORY_BASES, PatchConfig
-from .families import ADAPTERS, FAMILIES, SUPPORTED, FamilyAdapter, get_adapter
+from .families import OVERRIDES, SUPPORTED, FamilyAdapter, adapter_for, register_override
 from .persistence import STATE_NAME, from_pretrained, load_patch, save_patch
 from .plan import PatchPlan, resolve_plan
 from .schemes import SCHEMES, Scheme, register_scheme
@@ -34,17 +34,17 @@ __all__ = [
     "PatchHandle",
     "SUPPORTED",
     "register_attention",
-    "ADAPTERS",
+    "OVERRIDES",
     "CONFIG_NAME",
     "ENCODINGS",
-    "FAMILIES",
+    "adapter_for",
     "FamilyAdapter",
     "PatchPlan",
     "SCHEMES",
     "STATE_NAME",
     "Scheme",
     "TRAJECTORY_BASES",
-    "get_adapter",
+    "register_override",
     "register_scheme",
     "resolve_plan",
 ]

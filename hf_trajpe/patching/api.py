@@ -7,8 +7,6 @@ happens in :func:`~.plan.resolve_plan` before the first change.
 
 from __future__ import annotations
 
-import dataclasses
-
 from torch import nn
 
 from .attention import bind_attention_modules, register_attention
@@ -48,18 +46,15 @@ def _config(encoding: str | PatchConfig, options: dict) -> PatchConfig:
         if options:
             raise TypeError("pass either a PatchConfig or an encoding name with options, not both")
         return encoding
-    fields = {f.name for f in dataclasses.fields(PatchConfig)} - {"encoding", "version"}
-    unknown = sorted(set(options) - fields)
-    if unknown:
-        raise TypeError(f"unknown patch option(s) {unknown}; supported options: {', '.join(sorted(fields))}")
-    return PatchConfig(encoding, **options)
+    return PatchConfig.from_options(encoding, **options)
 
 
 def patch(model: nn.Module, encoding: str | PatchConfig = "native", **options) -> PatchHandle:
     """Swap the positional encoding of ``model`` in place; returns a :class:`PatchHandle`.
 
-    ``encoding``: ``native``, ``sinusoidal``, ``rope``, ``alibi``, ``none`` or ``trajectory`` (or a
-    ready :class:`PatchConfig`); ``options``: the other fields of :class:`PatchConfig`.
+    ``encoding``: ``native``, ``sinusoidal``, ``rope``, ``alibi``, ``none``, ``cope`` or ``trajectory``
+    (or a ready :class:`PatchConfig`); ``options``: the other fields of :class:`PatchConfig`, and the
+    options the chosen scheme declares (``npos_max`` for ``cope``; :meth:`PatchConfig.from_options`).
     """
     model = _target(model)
     config = _config(encoding, options)
@@ -90,8 +85,10 @@ def patch(model: nn.Module, encoding: str | PatchConfig = "native", **options) -
             undo.append(lambda: model.set_attn_implementation(plan.attn_stock))
             bind_attention_modules(base, family.self_attention, state)
             undo.append(lambda: bind_attention_modules(base, family.self_attention, None))
-        pre = base.register_forward_pre_hook(make_pre_hook(state, base, model.config), with_kwargs=True)
-        post = base.register_forward_hook(make_post_hook(state), with_kwargs=True)
+        runner = get_path(base, family.runner_path)[2] if family.runner_path else base
+        pre = runner.register_forward_pre_hook(
+            make_pre_hook(state, runner, model.config, model.get_input_embeddings()), with_kwargs=True)
+        post = runner.register_forward_hook(make_post_hook(state), with_kwargs=True)
         undo.append(pre.remove)
         undo.append(post.remove)
         model.save_pretrained = make_save_pretrained(model, plan.attn_stock)

@@ -1,6 +1,6 @@
 """Attention functions registered with transformers' ``AttentionInterface``: they apply what a scheme
-puts inside attention (a rotation of q/k on models without a rotary module, a bias on the scores)
-and then call the stock eager, sdpa or flex function.
+puts inside attention (a rotation of q/k on models without a rotary module, a bias on the scores,
+a per-layer score term computed from q and k) and then call the stock eager, sdpa or flex function.
 
 :func:`register_attention` is the one registration step: idempotent, called by ``hf_trajpe.patch``
 when a plan needs attention, and public for users who load a model with one of our implementation
@@ -19,10 +19,14 @@ import torch
 from torch import nn
 
 from ..encodings.rotary import apply_rotary, rotary_inv_freq
-from .plan import ATTENTION_NAMES
+from .plan import ATTENTION_NAMES, self_attention_modules
 from .state import STATE_ATTR, PatchState
 
-__all__ = ["ATTENTION_NAMES", "attention_inputs", "register_attention", "bind_attention_modules"]
+__all__ = ["ATTENTION_NAMES", "INDEX_ATTR", "attention_inputs", "register_attention", "bind_attention_modules",
+           "score_mask"]
+
+#: attribute (in ``__dict__``) holding a bound self-attention module's number, in model order
+INDEX_ATTR = "_hf_trajpe_index"
 
 
 def attention_inputs(st: PatchState, query: torch.Tensor, key: torch.Tensor):
@@ -76,7 +80,44 @@ def merged_bias_mask(st: PatchState, query: torch.Tensor, key: torch.Tensor, att
     return hit[1]
 
 
+def allowed_keys(attention_mask: torch.Tensor | None, is_causal: bool, query: torch.Tensor,
+                 key: torch.Tensor) -> torch.Tensor | None:
+    """Bool ``[b|1, 1, n, t]``: the keys each query attends to, read from the mask the attention gets
+    (bool for sdpa, 0 / dtype-minimum floats for eager), or the causal pattern sdpa would apply
+    without a mask (``None``: every key)."""
+    if attention_mask is None:
+        if not is_causal:
+            return None
+        device = key.device
+        causal = torch.arange(query.shape[2], device=device)[:, None] >= torch.arange(key.shape[2], device=device)
+        return causal[None, None]
+    if attention_mask.dtype == torch.bool:
+        return attention_mask
+    return attention_mask > torch.finfo(attention_mask.dtype).min / 2
+
+
+def score_mask(st: PatchState, module, query: torch.Tensor, key: torch.Tensor, attention_mask: torch.Tensor | None,
+               is_causal: bool, scaling: float | None) -> torch.Tensor | None:
+    """A score scheme's logits for this module (``Scheme.score_bias``) with the masked keys set to the
+    dtype's minimum: one float mask ``[b, h, n, t]`` that replaces the attention mask. Per layer: the
+    term depends on the layer's q and k."""
+    from transformers.integrations.sdpa_attention import repeat_kv
+
+    if scaling is None:
+        scaling = getattr(module, "scaling", None) or query.shape[-1] ** -0.5
+    keys = repeat_kv(key, query.shape[1] // key.shape[1])  # GQA: the key of each query head
+    allowed = allowed_keys(attention_mask, is_causal, query, key)
+    bias = st.scheme.score_bias(module.__dict__[INDEX_ATTR], query, keys, float(scaling), allowed)
+    return bias if allowed is None else bias.masked_fill(~allowed, torch.finfo(bias.dtype).min)
+
+
 def _eager_with_state(st: PatchState, module, query, key, value, attention_mask, **kwargs):
+    if st.scheme.contributes == "score":
+        is_causal = kwargs.get("is_causal")
+        is_causal = getattr(module, "is_causal", False) if is_causal is None else is_causal
+        is_causal = bool(is_causal) and query.shape[2] > 1
+        mask = score_mask(st, module, query, key, attention_mask, is_causal, kwargs.get("scaling"))
+        return st.eager_fn(module, query, key, value, mask, **kwargs)
     query, key, bias = attention_inputs(st, query, key)
     if bias is not None:
         from transformers.integrations.sdpa_attention import create_position_bias_mask
@@ -100,13 +141,23 @@ def _with_position_bias(load_stock: Callable[[], Callable], merge_mask: bool = F
     """An attention function that rotates q/k and passes the bias to a stock one (sdpa, flex).
     ``merge_mask`` (sdpa): the bias goes in as a float attention mask shared by all layers
     (:func:`merged_bias_mask`), decided as sdpa itself would; otherwise as ``position_bias``, which
-    sdpa would merge with the mask again in every layer."""
+    sdpa would merge with the mask again in every layer. A score scheme (sdpa only) gets its own
+    float mask per layer (:func:`score_mask`)."""
 
     def attention(module, query, key, value, attention_mask, **kwargs):
         stock = load_stock()
         st: PatchState | None = module.__dict__.get(STATE_ATTR)
         if st is None:
             return stock(module, query, key, value, attention_mask, **kwargs)
+        if st.scheme.contributes == "score":
+            if not merge_mask:
+                raise NotImplementedError(f"{st.plan.scheme} runs with attention implementations eager and sdpa "
+                                          "only, not flex_attention")
+            is_causal = kwargs.get("is_causal")
+            is_causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
+            is_causal = bool(is_causal) and query.shape[2] > 1 and attention_mask is None
+            mask = score_mask(st, module, query, key, attention_mask, is_causal, kwargs.get("scaling"))
+            return stock(module, query, key, value, mask, **dict(kwargs, is_causal=False))
         if merge_mask and st.scheme.contributes == "bias":  # (a bias scheme never rotates q/k)
             is_causal = kwargs.get("is_causal")
             is_causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
@@ -159,12 +210,14 @@ def register_attention() -> None:
 
 def bind_attention_modules(base: nn.Module, self_attention: tuple[str, ...], state: PatchState | None) -> int:
     """Point every self-attention module (class names ``self_attention``, not cross-attention) at
-    ``state`` (``None``: detach them); returns how many."""
+    ``state`` and number them in model order (``None``: detach them); returns how many."""
     from .state import bind_state
 
-    count = 0
-    for m in base.modules():
-        if type(m).__name__ in self_attention and not getattr(m, "is_cross_attention", False):
-            bind_state(m, state)
-            count += 1
-    return count
+    modules = self_attention_modules(base, self_attention)
+    for index, m in enumerate(modules):
+        bind_state(m, state)
+        if state is None:
+            m.__dict__.pop(INDEX_ATTR, None)
+        else:
+            m.__dict__[INDEX_ATTR] = index
+    return len(modules)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from ..checks import check_beta
 from ..encodings.interpolation import INTERPOLATION_MODES
 from ..strength import check_strength_option
-from .schemes import check_interpolation, encoding_names, trajectory_base_names
+from .schemes import SCHEMES, check_interpolation, encoding_names, trajectory_base_names
 
 __all__ = ["ENCODINGS", "TRAJECTORY_BASES", "CONFIG_NAME", "PatchConfig"]
 
@@ -59,6 +59,10 @@ class PatchConfig:
       ``1.0`` is the unit sinusoid of docs/spec.md, section 2. ``"embeddings"`` matches the RMS of the
       model's token embeddings at patch time (resolved to a number then, so a saved patch reloads
       with the same scale): a unit sinusoid drowns token embeddings of std 0.02 (GPT-2's init).
+    - ``scheme_options``: the options the chosen scheme declares itself (``Scheme.options``, e.g.
+      ``npos_max`` of ``cope``), every one filled in (defaults where not given), so a saved patch
+      reloads with the same values. ``hf_trajpe.patch(model, "cope", npos_max=32)`` puts keyword
+      options there (:meth:`from_options`). Left out of the saved file when empty.
     """
 
     encoding: str
@@ -73,6 +77,7 @@ class PatchConfig:
     max_positions: int | None = None
     rope_theta: float = 10000.0
     sinusoid_scale: float | str = 1.0
+    scheme_options: dict = field(default_factory=dict)
     version: int = field(default=FORMAT_VERSION, repr=False)
 
     def __post_init__(self) -> None:
@@ -130,10 +135,65 @@ class PatchConfig:
         for name in ("learnable_strength", "detach", "cache"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        self.scheme_options = self._check_scheme_options()
+
+    def option_scheme(self) -> str | None:
+        """The scheme whose own options apply: the encoding's, or trajectory's explicit base; ``None``
+        for ``native`` and trajectory on the model's own scheme (decided by the model)."""
+        if self.encoding in SCHEMES:
+            return self.encoding
+        return self.base if self.encoding == "trajectory" else None
+
+    def _check_scheme_options(self) -> dict:
+        given = self.scheme_options
+        if not isinstance(given, dict) or not all(isinstance(k, str) for k in given):
+            raise TypeError(f"scheme_options must be a dict of option name -> value, got {given!r}")
+        name = self.option_scheme()
+        if name is None:
+            if given:
+                raise ValueError(f"option(s) {', '.join(sorted(given))} belong to a scheme; encoding "
+                                 f"{self.encoding!r} names none" + (" (give base=...)" if self.base is None
+                                                                    and self.encoding == "trajectory" else ""))
+            return {}
+        return SCHEMES[name].check_options(given)
+
+    @classmethod
+    def common_options(cls) -> tuple[str, ...]:
+        """The options every encoding shares (the fields, less ``encoding``, ``scheme_options``, ``version``)."""
+        return tuple(f.name for f in dataclasses.fields(cls) if f.name not in ("encoding", "scheme_options", "version"))
+
+    @classmethod
+    def from_options(cls, encoding: str, **options) -> PatchConfig:
+        """``PatchConfig(encoding, ...)`` from flat keyword options, as ``hf_trajpe.patch`` takes them:
+        the common options by name, and the options the chosen scheme declares (``npos_max`` for
+        ``cope``) into ``scheme_options``. Raises ``TypeError`` for an option neither knows, listing both."""
+        common = set(cls.common_options())
+        scheme_options = dict(options.pop("scheme_options", None) or {})
+        base = options.get("base") if encoding == "trajectory" else None
+        name = next((n for n in (encoding, base) if isinstance(n, str) and n in SCHEMES), None)
+        own = tuple(SCHEMES[name].options) if name is not None else ()
+        unknown = sorted(k for k in options if k not in common and k not in own)
+        if unknown:
+            others = {n: tuple(c.options) for n, c in SCHEMES.items() if c.options and n != name}
+            raise TypeError(
+                f"unknown patch option(s) {unknown}; supported options: {', '.join(sorted(common))}"
+                + (f"; options of {name}: {', '.join(own)}" if own else "")
+                + "".join(f"; options of {n} (encoding={n!r} only): {', '.join(o)}" for n, o in others.items())
+            )
+        for k in [k for k in options if k in own]:
+            if k in scheme_options:
+                raise TypeError(f"option {k!r} given twice (as a keyword and in scheme_options)")
+            scheme_options[k] = options.pop(k)
+        return cls(encoding, **options, scheme_options=scheme_options)
 
     # -- round trip ------------------------------------------------------------------------------
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The saved form; ``scheme_options`` only when a scheme has some (files of the encodings without
+        options are as before the field existed)."""
+        data = dataclasses.asdict(self)
+        if not data["scheme_options"]:
+            del data["scheme_options"]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict) -> PatchConfig:

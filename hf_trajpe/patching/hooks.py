@@ -30,10 +30,11 @@ def positional_parameter_names(module: nn.Module) -> list[str]:
     return [p.name for p in sig.parameters.values() if p.kind in kinds and p.name != "self"]
 
 
-def make_pre_hook(state: PatchState, base: nn.Module, model_config) -> Callable:
-    names = positional_parameter_names(base)
+def make_pre_hook(state: PatchState, runner: nn.Module, model_config, embed: nn.Module) -> Callable:
+    """``runner``: the module whose forward receives ``input_ids`` and the mask (the base model, or its
+    decoder where the LM head calls that directly); ``embed``: the token embedding module."""
+    names = positional_parameter_names(runner)
     accepts_token_types = "token_type_ids" in names
-    embed = base.get_input_embeddings()
     add_to_embeddings = state.plan.hook == "embeddings"
     zero_token_types = accepts_token_types and state.plan.family.token_type_ids
 

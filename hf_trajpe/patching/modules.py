@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .families.structure import rotary_frequencies
 from .state import STATE_ATTR, PatchState, bind_state
 
 __all__ = ["PatchedPositionTable", "PatchedRotary"]
@@ -28,7 +29,8 @@ class PatchedPositionTable(nn.Module):
         self.padding_idx = stock.padding_idx
         bind_state(self, state)
 
-    def forward(self, position_ids: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, *args, **kwargs) -> torch.Tensor:
+        """Whatever the model passes (``position_ids``; OPT: the mask and the cache length) is ignored."""
         return self.__dict__[STATE_ATTR].additive(self.weight, self.weight)
 
     def extra_repr(self) -> str:
@@ -39,7 +41,8 @@ class PatchedPositionTable(nn.Module):
 class PatchedRotary(nn.Module):
     """Stands in for a model's rotary module: ``cos``/``sin`` ``[b, n, r]`` at the positions of the
     current forward (fractional for trajectory), or the identity rotation (``cos=1, sin=0``) when the
-    scheme does not rotate. Keeps the stock module (its non-persistent ``inv_freq``) as ``stock``.
+    scheme does not rotate. Keeps the stock module (its non-persistent ``inv_freq``) as ``stock``; a
+    module with frequencies per layer type (``<type>_inv_freq``, e.g. Gemma 3) is called with the type.
     """
 
     def __init__(self, stock: nn.Module, state: PatchState) -> None:
@@ -47,15 +50,15 @@ class PatchedRotary(nn.Module):
         self.stock = stock
         bind_state(self, state)
 
-    def forward(self, x: torch.Tensor, position_ids: torch.Tensor | None = None):
+    def forward(self, x: torch.Tensor, position_ids: torch.Tensor | None = None, layer_type: str | None = None):
         st: PatchState = self.__dict__[STATE_ATTR]
         positions = st.step.positions
-        inv_freq = self.stock.inv_freq
+        inv_freq, attention_scaling = rotary_frequencies(self.stock, layer_type)
         if st.scheme.contributes != "rotary":
             shape = (1, positions.shape[1], 2 * inv_freq.shape[0])
             return (torch.ones(shape, dtype=x.dtype, device=x.device),
                     torch.zeros(shape, dtype=x.dtype, device=x.device))
-        return st.scheme.rotary_cos_sin(positions, inv_freq, self.stock.attention_scaling, x.dtype)
+        return st.scheme.rotary_cos_sin(positions, inv_freq, attention_scaling, x.dtype)
 
     def extra_repr(self) -> str:
         st = self.__dict__.get(STATE_ATTR)

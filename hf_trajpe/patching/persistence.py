@@ -106,18 +106,18 @@ def load_patch(model: nn.Module, directory: str | os.PathLike):
 def from_pretrained(directory: str | os.PathLike, model_class=None, **kwargs) -> nn.Module:
     """Load a model saved from a patched model, patched again (``kwargs`` go to ``from_pretrained``).
 
-    ``model_class`` defaults to the class named in ``config.json``'s ``architectures``.
+    ``model_class`` defaults to the class named in ``config.json``'s ``architectures``. The weights are
+    read by :func:`hf_trajpe.loading.load_model`, so ``directory`` may also be a ``.gguf`` file (or
+    ``package:<module>/<file>.gguf``): a GGUF file holds no patch, so that model comes back unpatched
+    (dequantized, and saving like any model): patch it with ``hf_trajpe.patch``; the folder its
+    ``save_pretrained`` writes reloads here patched.
     """
-    import transformers
+    from ..loading import is_gguf, load_model, resolve_source
 
-    if model_class is None:
-        config = transformers.AutoConfig.from_pretrained(directory)
-        archs = getattr(config, "architectures", None) or []
-        if not archs or not hasattr(transformers, archs[0]):
-            raise ValueError(
-                f"cannot tell the model class from {directory!r} (architectures={archs}); pass model_class="
-            )
-        model_class = getattr(transformers, archs[0])
-    model = model_class.from_pretrained(directory, **kwargs)
-    load_patch(model, directory)
+    path = resolve_source(directory)
+    if is_gguf(path):
+        return load_model(path, model_class, **kwargs)
+    PatchConfig.load(path)  # no patch saved there: say so before the weights are read
+    model = load_model(path, model_class, **kwargs)
+    load_patch(model, path)
     return model

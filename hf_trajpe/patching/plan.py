@@ -15,10 +15,10 @@ from torch import nn
 
 from ..strength import make_strength
 from .config import PatchConfig
-from .families import FamilyAdapter, get_adapter
+from .families import FamilyAdapter, adapter_for
 from .schemes import check_interpolation, get_scheme
 
-__all__ = ["ATTENTION_NAMES", "STATIC_ROPE_TYPES", "PatchPlan", "resolve_plan", "get_path"]
+__all__ = ["ATTENTION_NAMES", "STATIC_ROPE_TYPES", "PatchPlan", "resolve_plan", "get_path", "self_attention_modules"]
 
 #: rotary types whose frequencies are fixed at init (dynamic ones rescale inside the stock forward)
 STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
@@ -35,6 +35,22 @@ def get_path(root: nn.Module, path: str) -> tuple[nn.Module, str, nn.Module]:
     return parent, parts[-1], getattr(parent, parts[-1])
 
 
+def self_attention_modules(base: nn.Module, names: tuple[str, ...]) -> list[nn.Module]:
+    """The self-attention modules of ``base`` (class names ``names``; not cross-attention), in model
+    order: the modules our attention functions serve, numbered by this order."""
+    return [m for m in base.modules()
+            if type(m).__name__ in names and not getattr(m, "is_cross_attention", False)]
+
+
+def _head_dim(modules: list[nn.Module], model_config) -> int | None:
+    for attr in ("head_dim", "head_size", "attention_head_size"):
+        value = getattr(modules[0], attr, None) if modules else None
+        if isinstance(value, int) and value > 0:
+            return value
+    heads = getattr(model_config, "num_attention_heads", None)
+    return getattr(model_config, "head_dim", None) or (model_config.hidden_size // heads if heads else None)
+
+
 @dataclass(frozen=True)
 class PatchPlan:
     """What a patch will do, decided once.
@@ -49,6 +65,9 @@ class PatchPlan:
     - ``hook``: where the scheme enters the model: ``table`` (the learned table's replacement),
       ``rotary`` (the rotary module's replacement), ``embeddings`` (added to the input embeddings),
       ``attention`` (our attention function), or ``none``.
+    - ``head_dim``: the width of one attention head; ``attention_modules``: how many self-attention
+      modules our attention functions serve (numbered in model order; a scheme with per-layer state,
+      such as CoPE, keeps one entry per module).
     """
 
     config: PatchConfig
@@ -64,6 +83,8 @@ class PatchPlan:
     attn_stock: str
     sinusoid_scale: float
     rope_theta: float
+    head_dim: int | None = None
+    attention_modules: int = 0
 
     @property
     def key_positions(self) -> bool:
@@ -79,6 +100,8 @@ class PatchPlan:
         c = self.config
         if self.trajectory:
             return f"trajectory on {self.scheme} (strength={c.strength}, beta={c.beta})"
+        if c.scheme_options:
+            return f"{c.encoding} ({', '.join(f'{k}={v}' for k, v in c.scheme_options.items())})"
         return c.encoding if c.encoding != "native" else f"native ({self.scheme})"
 
 
@@ -99,7 +122,7 @@ def _hook(scheme_cls, family: FamilyAdapter) -> str:
         return "table" if "table" in provides else "embeddings"
     if scheme_cls.contributes == "rotary":
         return "rotary" if "rotary" in provides else "attention"
-    if scheme_cls.contributes == "bias":
+    if scheme_cls.contributes in ("bias", "score"):
         return "attention"
     return "none"
 
@@ -112,7 +135,7 @@ def resolve_plan(config: PatchConfig, model: nn.Module) -> PatchPlan:
     model is not modified.
     """
     model_config = model.config
-    family = get_adapter(model_config.model_type)
+    family = adapter_for(model)
     base = model.base_model
     if config.encoding not in family.encodings:
         raise ValueError(
@@ -155,21 +178,31 @@ def resolve_plan(config: PatchConfig, model: nn.Module) -> PatchPlan:
             f"{', '.join(ATTENTION_NAMES)}; this model uses {attn_stock!r} "
             "(load it with attn_implementation='sdpa' or 'eager')"
         )
+    impls = scheme_cls.attention_implementations
+    if hook == "attention" and attn_stock not in impls:
+        raise NotImplementedError(
+            f"{name} is implemented for attention implementations {', '.join(impls)} only; this model uses "
+            f"{attn_stock!r} (load it with attn_implementation={' or '.join(map(repr, impls))}, or call "
+            "model.set_attn_implementation(...) before patching)"
+        )
     if family.rotary_path:
         rotary = get_path(base, family.rotary_path)[2]
-        rope_type = getattr(rotary, "rope_type", "default")
-        if rope_type not in STATIC_ROPE_TYPES:
-            raise NotImplementedError(
-                f"rope_type {rope_type!r} rescales frequencies at run time; supported rope types: "
-                f"{', '.join(STATIC_ROPE_TYPES)}"
-            )
+        rope_types = getattr(rotary, "rope_type", "default")  # a dict per layer type in some models
+        for rope_type in rope_types.values() if isinstance(rope_types, dict) else (rope_types,):
+            if rope_type not in STATIC_ROPE_TYPES:
+                raise NotImplementedError(
+                    f"rope_type {rope_type!r} rescales frequencies at run time; supported rope types: "
+                    f"{', '.join(STATIC_ROPE_TYPES)}"
+                )
     if config.sinusoid_scale == "embeddings":
         config = dataclasses.replace(config, sinusoid_scale=embedding_matched_scale(model))
+    attention = self_attention_modules(base, family.self_attention)
     plan = PatchPlan(
         config=config, family=family, scheme=name, trajectory=trajectory, interpolation=interpolation,
         causal=causal, width=int(model_config.hidden_size), table_offset=table_offset,
         max_positions=max_positions, hook=hook, attn_stock=attn_stock,
         sinusoid_scale=float(config.sinusoid_scale), rope_theta=float(config.rope_theta),
+        head_dim=_head_dim(attention, model_config), attention_modules=len(attention),
     )
     scheme_cls.check_model(plan)
     return plan

@@ -128,12 +128,14 @@ class EncodingConfig:
 
         if self.name not in ENCODINGS:
             raise ConfigError(f"{where}.name: unknown encoding {self.name!r}{_suggest(self.name, ENCODINGS)}")
-        valid = {f.name for f in dataclasses.fields(PatchConfig)} - {"encoding", "version"}
+        from ..patching.schemes import SCHEMES
+
+        valid = set(PatchConfig.common_options()) | {k for c in SCHEMES.values() for k in c.options}
         for key in self.options:
             if key not in valid:
                 raise ConfigError(f"{where}.options.{key}: not an option of hf_trajpe.patch{_suggest(key, valid)}")
         try:
-            PatchConfig(self.name, **self.options)
+            PatchConfig.from_options(self.name, **self.options)
         except (TypeError, ValueError) as err:
             raise ConfigError(f"{where}.options: {err}") from err
 

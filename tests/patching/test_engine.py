@@ -45,8 +45,8 @@ def test_a_registered_scheme_runs_as_an_encoding_and_as_a_trajectory_base(family
     with hf_trajpe.patch(model, "trajectory", base="sinusoidal", strength=0.4, sinusoid_scale=2.0):
         want_traj = output(model, input_ids=ids)
     with registered(DoubleSinusoid):
-        assert "double_sinusoid" in hf_trajpe.patching.get_adapter(family).encodings
-        assert "double_sinusoid" in hf_trajpe.patching.get_adapter(family).trajectory_bases
+        assert "double_sinusoid" in hf_trajpe.patching.adapter_for(model).encodings
+        assert "double_sinusoid" in hf_trajpe.patching.adapter_for(model).trajectory_bases
         with hf_trajpe.patch(model, "double_sinusoid") as h:
             assert h.plan.scheme == "double_sinusoid"
             got = output(model, input_ids=ids)
@@ -94,9 +94,9 @@ def test_what_a_family_supports_follows_what_it_offers():
     table_only = FamilyAdapter(name="T", model_types=("t",), native="learned", self_attention=(), table_path="wpe")
     assert table_only.encodings == ("native", "sinusoidal", "none", "trajectory")
     assert table_only.trajectory_bases == ("sinusoidal", "learned")
-    full = hf_trajpe.patching.get_adapter("gpt2")
+    full = hf_trajpe.patching.adapter_for(build("gpt2"))
     assert full.trajectory_bases == ("sinusoidal", "rope", "alibi", "learned")
-    assert hf_trajpe.patching.get_adapter("llama").trajectory_bases == ("sinusoidal", "rope", "alibi")
+    assert hf_trajpe.patching.adapter_for(build("llama")).trajectory_bases == ("sinusoidal", "rope", "alibi")
 
 
 @pytest.mark.parametrize("family,encoding,options,hook,interpolation", [

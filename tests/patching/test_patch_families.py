@@ -7,16 +7,13 @@ greedy generate), left padding against each sequence alone, eager against sdpa, 
 
 from __future__ import annotations
 
-import inspect
-import re
-
 import pytest
 import torch
 from patch_models import BIDIRECTIONAL, CAUSAL, FAMILIES, LEARNED, build, cell, cells_for, output, random_ids
 
 import hf_trajpe
-from hf_trajpe.patching import ADAPTERS, SUPPORTED
-from hf_trajpe.patching import FAMILIES as ADAPTER_FAMILIES
+from hf_trajpe.patching import adapter_for
+from hf_trajpe.patching.families import StructureError
 
 ALL_CELLS = [(f, c) for f in FAMILIES for c in cells_for(f)]
 CAUSAL_CELLS = [(f, c) for f, c in ALL_CELLS if f in CAUSAL]
@@ -28,33 +25,51 @@ def _patch(model, name, **extra):
     return hf_trajpe.patch(model, enc, **opts)
 
 
-# -- registry -------------------------------------------------------------------------------------
-def test_registry_and_adapters_agree():
-    types = {t for a in ADAPTER_FAMILIES for t in a.model_types}
-    assert set(ADAPTERS) == types == set(SUPPORTED)
-    assert set(FAMILIES) <= types  # every registered family is built and tested here
-    assert types - set(FAMILIES) == set()
-    for t, a in ADAPTERS.items():
-        assert (a.table_path is None) != (a.rotary_path is None), t
-        assert a.native == ("learned" if a.table_path else "rope"), t
-        assert SUPPORTED[t] == a.encodings
+# -- support by structure ------------------------------------------------------------------------
+#: what each family has, as its transformers code says (table path and offset, rotary path, causal)
+STRUCTURE = {
+    "gpt2": ("learned", "wpe", 0, None, True),
+    "bert": ("learned", "embeddings.position_embeddings", 0, None, False),
+    "roberta": ("learned", "embeddings.position_embeddings", 2, None, False),
+    "llama": ("rope", None, 0, "rotary_emb", True),
+    "mistral": ("rope", None, 0, "rotary_emb", True),
+    "qwen2": ("rope", None, 0, "rotary_emb", True),
+    "qwen3": ("rope", None, 0, "rotary_emb", True),
+    "gpt_neox": ("rope", None, 0, "rotary_emb", True),
+}
 
 
-def test_llama_family_shares_llama_rotary_code():
-    """The Llama adapter is only right for models whose rotary code is a copy of Llama's."""
-    import importlib
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_adapter_is_found_from_the_structure(family):
+    model = build(family)
+    a = adapter_for(model)
+    native, table, offset, rotary, causal = STRUCTURE[family]
+    assert (a.native, a.table_path, a.table_offset(model.config), a.rotary_path, a.causal(model.config)) == (
+        native, table, offset, rotary, causal)
+    assert a.self_attention and all(name.endswith("Attention") for name in a.self_attention)
+    assert {"native", "sinusoidal", "rope", "alibi", "none", "trajectory"} <= set(a.encodings)
 
-    def body(model_type: str) -> str:
-        mod = importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
-        (cls,) = [c for n, c in vars(mod).items() if n.endswith("RotaryEmbedding") and "Vision" not in n]
-        src = inspect.getsource(cls)
-        prefix = cls.__name__[: -len("RotaryEmbedding")]
-        return re.sub(rf"\b{prefix}", "X", src), inspect.getsource(mod.apply_rotary_pos_emb)
 
-    reference = body("llama")
-    for t, a in ADAPTERS.items():
-        if a is ADAPTERS["llama"]:
-            assert body(t) == reference, t
+def test_a_bert_decoder_is_causal():
+    model = build("bert", is_decoder=True)
+    assert adapter_for(model).causal(model.config)
+
+
+def test_a_rotary_module_hf_trajpe_cannot_reproduce_is_refused():
+    """The rotary module is called once: a layout other than Llama's half-split is refused, not guessed."""
+    model = build("llama")
+    rotary = model.model.rotary_emb
+    stock = type(rotary).forward
+
+    def interleaved(self, x, position_ids):
+        cos, sin = stock(self, x, position_ids)
+        half = cos.shape[-1] // 2
+        return cos[..., :half].repeat_interleave(2, -1), sin[..., :half].repeat_interleave(2, -1)
+
+    rotary.forward = interleaved.__get__(rotary)
+    with pytest.raises(StructureError, match="half-split"):
+        hf_trajpe.patch(model, "native")
+    assert "hf_trajpe" not in model._modules
 
 
 # -- native and strength 0 ------------------------------------------------------------------------

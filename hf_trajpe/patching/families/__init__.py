@@ -1,26 +1,32 @@
-"""Model families keyed by ``config.model_type``. Adding a family = one small module + one line here."""
+"""Model families: adapters built from each model's structure (``structure.py``), with hand-written
+overrides (``OVERRIDES``, keyed by ``model_type``) only where a model deviates from what the structure
+says. ``SUPPORTED`` comes from the coverage sweep (``scripts/support_sweep.py`` writes ``supported.py``
+and docs/support.md), not from a hand list.
+"""
 
 from __future__ import annotations
 
-from . import bert, gpt2, gpt_neox, llama
+from torch import nn
+
 from .adapter import FamilyAdapter
+from .structure import StructureError, adapter_from_structure
+from .supported import SUPPORTED
 
-__all__ = ["ADAPTERS", "FAMILIES", "SUPPORTED", "FamilyAdapter", "get_adapter"]
+__all__ = ["OVERRIDES", "SUPPORTED", "FamilyAdapter", "StructureError", "adapter_for", "register_override"]
 
-FAMILIES: tuple[FamilyAdapter, ...] = (gpt2.ADAPTER, bert.BERT, bert.ROBERTA, llama.ADAPTER, gpt_neox.ADAPTER)
-
-ADAPTERS: dict[str, FamilyAdapter] = {t: a for a in FAMILIES for t in a.model_types}
-
-#: model_type -> encodings it supports, from what each family offers and what each scheme needs
-#: (``trajectory`` bases per family: ``ADAPTERS[t].trajectory_bases``)
-SUPPORTED: dict[str, tuple[str, ...]] = {t: a.encodings for t, a in ADAPTERS.items()}
+#: model_type -> hand-written adapter, for models whose structure misleads (none needed so far)
+OVERRIDES: dict[str, FamilyAdapter] = {}
 
 
-def get_adapter(model_type: str) -> FamilyAdapter:
-    try:
-        return ADAPTERS[model_type]
-    except KeyError:
-        raise NotImplementedError(
-            f"hf_trajpe has no adapter for model_type {model_type!r}; supported model types: "
-            f"{', '.join(sorted(ADAPTERS))}"
-        ) from None
+def register_override(adapter: FamilyAdapter) -> FamilyAdapter:
+    """Use ``adapter`` instead of the structure for its ``model_types``."""
+    for model_type in adapter.model_types:
+        OVERRIDES[model_type] = adapter
+    return adapter
+
+
+def adapter_for(model: nn.Module) -> FamilyAdapter:
+    """The adapter of a transformers model: its override, or one built from its structure (raises
+    ``StructureError``, a ``NotImplementedError``, saying what the model lacks)."""
+    override = OVERRIDES.get(model.config.model_type)
+    return override if override is not None else adapter_from_structure(model)

@@ -24,6 +24,7 @@ class FamilyAdapter:
     - ``table_offset``: first table row of position 0 (RoBERTa: ``pad_token_id + 1``).
     - ``token_type_ids``: the base model wants explicit zeros when called with ``inputs_embeds``.
     - ``causal``: whether a model of this family (given its config) attends causally.
+    - ``runner_path``: where the forward hooks go, when not on the base model itself.
     """
 
     name: str
@@ -35,6 +36,11 @@ class FamilyAdapter:
     token_type_ids: bool = False
     table_offset: Callable[[object], int] = staticmethod(lambda config: 0)
     causal: Callable[[object], bool] = staticmethod(lambda config: True)
+    #: module that defines the family's stock ``eager_attention_forward`` (default: the base model's)
+    attention_module: str | None = None
+    #: path of the module whose forward takes ``input_ids`` and the mask, if not the base model (OPT's
+    #: LM head calls ``model.decoder`` directly)
+    runner_path: str = ""
 
     @property
     def provides(self) -> frozenset[str]:
@@ -61,4 +67,4 @@ class FamilyAdapter:
 
     def eager_attention(self, base: nn.Module) -> Callable:
         """The family's stock eager attention function (wrapped when biases or rotations go inside)."""
-        return importlib.import_module(type(base).__module__).eager_attention_forward
+        return importlib.import_module(self.attention_module or type(base).__module__).eager_attention_forward

@@ -3,7 +3,7 @@
 Import order is registration order, which is the order error messages and ``SUPPORTED`` list them.
 """
 
-from . import sinusoidal, rope, alibi, nope, learned  # noqa: F401, I001  (registers them, in this order)
+from . import sinusoidal, rope, alibi, nope, learned, cope  # noqa: F401, I001  (registers them, in this order)
 from .scheme import CONTRIBUTIONS, SCHEMES, Scheme, check_interpolation, get_scheme, register_scheme
 
 __all__ = ["CONTRIBUTIONS", "SCHEMES", "Scheme", "check_interpolation", "encoding_names", "get_scheme",

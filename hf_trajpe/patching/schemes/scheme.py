@@ -8,8 +8,14 @@ What a scheme contributes (``contributes``):
 
 - ``"additive"``: a vector added to the token embeddings (``additive``),
 - ``"rotary"``: a rotation of queries and keys (``rotary_cos_sin``),
-- ``"bias"``: a bias on the attention scores (``attention_bias``),
+- ``"bias"``: a bias on the attention scores from query and key positions (``attention_bias``),
+- ``"score"``: an additive modification of the attention scores computed from the queries and keys
+  themselves, per layer (``score_bias``; CoPE),
 - ``"nothing"``: no positional signal at all (NoPE).
+
+A scheme may declare options of its own (``options``: name -> default); ``hf_trajpe.patch`` routes
+keyword options that the chosen scheme declares into ``PatchConfig.scheme_options``, validated by
+:meth:`Scheme.check_options`.
 
 Shape legend: ``b`` batch, ``n`` new tokens, ``t`` all key positions (cache + new), ``h`` heads,
 ``d`` model width, ``r`` rotary width.
@@ -28,7 +34,7 @@ if TYPE_CHECKING:
 __all__ = ["CONTRIBUTIONS", "SCHEMES", "Scheme", "register_scheme", "get_scheme", "check_interpolation",
            "table_rows_for"]
 
-CONTRIBUTIONS = ("additive", "rotary", "bias", "nothing")
+CONTRIBUTIONS = ("additive", "rotary", "bias", "score", "nothing")
 #: name -> scheme class, in registration order (the order in which errors list them)
 SCHEMES: dict[str, type[Scheme]] = {}
 
@@ -56,6 +62,10 @@ class Scheme(nn.Module):
     bidirectional: ClassVar[bool] = True
     #: inside attention, needs the positions of every key (cached ones too), kept across decoding steps
     needs_key_positions: ClassVar[bool] = False
+    #: attention implementations it runs on, when it enters through our attention functions
+    attention_implementations: ClassVar[tuple[str, ...]] = ("eager", "sdpa", "flex_attention")
+    #: options of its own (name -> default), saved in ``PatchConfig.scheme_options``
+    options: ClassVar[dict[str, object]] = {}
 
     def __init__(self, plan: PatchPlan) -> None:
         super().__init__()
@@ -68,13 +78,28 @@ class Scheme(nn.Module):
         this scheme. Additive vectors can always be added to the input embeddings."""
         if cls.contributes == "rotary":
             return "rotary" in provides or "attention" in provides
-        if cls.contributes == "bias":
+        if cls.contributes in ("bias", "score"):
             return "attention" in provides
         return True
 
     @classmethod
     def check_model(cls, plan: PatchPlan) -> None:
         """Refuse a model this scheme cannot run on (beyond ``supported_by``); default: accept."""
+
+    @classmethod
+    def check_options(cls, given: dict) -> dict:
+        """Every declared option (the defaults where not ``given``), each checked by :meth:`check_option`;
+        raises ``ValueError`` for an option the scheme does not declare."""
+        unknown = sorted(set(given) - set(cls.options))
+        if unknown:
+            declared = ", ".join(cls.options) or "none"
+            raise ValueError(f"{cls.name} has no option(s) {', '.join(unknown)}; its options: {declared}")
+        return {k: cls.check_option(k, given.get(k, default)) for k, default in cls.options.items()}
+
+    @classmethod
+    def check_option(cls, name: str, value: object) -> object:
+        """The validated (normalised) value of one declared option; raises ``ValueError`` or ``TypeError``."""
+        return value
 
     # -- contributions (the engine calls only the one matching ``contributes``) ---------------------
     def additive(self, positions: torch.Tensor, table: torch.Tensor | None) -> torch.Tensor:
@@ -92,6 +117,14 @@ class Scheme(nn.Module):
         """Bias ``[b, h, n, t]`` added to the attention scores."""
         raise NotImplementedError
 
+    def score_bias(self, index: int, query: torch.Tensor, key: torch.Tensor, scaling: float,
+                   allowed: torch.Tensor | None) -> torch.Tensor:
+        """Additive logits ``[b, h, n, t]`` of self-attention module ``index`` (in model order), from its
+        ``query`` ``[b, h, n, e]`` and ``key`` ``[b, h, t, e]`` (key/value heads already repeated to the
+        query heads), the module's score ``scaling``, and ``allowed`` (bool, broadcastable to
+        ``[b, h, n, t]``: the keys each query may attend to, causal and padding; ``None``: all)."""
+        raise NotImplementedError
+
     def extra_repr(self) -> str:
         return self.name
 
@@ -104,6 +137,8 @@ def register_scheme(cls: type[Scheme]) -> type[Scheme]:
         raise ValueError(f"a scheme named {cls.name!r} is already registered ({SCHEMES[cls.name].__name__})")
     if not cls.interpolations:
         raise ValueError(f"scheme {cls.__name__} declares no interpolation mode")
+    if not isinstance(cls.options, dict) or not all(isinstance(k, str) for k in cls.options):
+        raise ValueError(f"scheme {cls.__name__} must declare its options as a dict of name -> default")
     SCHEMES[cls.name] = cls
     return cls
 

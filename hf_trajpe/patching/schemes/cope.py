@@ -1,0 +1,72 @@
+"""Contextual Position Encoding (CoPE; Golovneva et al. 2024, arXiv 2405.18719; docs/spec.md, section 2.15).
+
+For query ``i`` and key ``j <= i`` of one head: gates ``g_ij = sigmoid(q_i . k_j * scaling)`` (the
+scaled logits the attention itself uses), positions ``p_ij = sum_{k=j..i} g_ik`` over the keys the
+query may attend to (causal and padding), clamped to ``npos_max - 1``, and a learned vector
+``e[p]`` per integer position, read at ``p_ij`` by linear interpolation between its floor and ceil;
+``q_i . e(p_ij)`` is added to the attention logits. The positions come from the queries and keys of
+each layer, so nothing is shared across layers, and the ``q . k`` logits are computed a second time
+for the gates (attention costs two to three times as much: docs/patching.md, CoPE).
+
+The vectors are per self-attention module, ``[head_width, npos_max]`` each (shared by the heads of
+the module), zero at patch time as in the reference implementation: a freshly patched model has no
+positional signal until they are trained.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .scheme import Scheme, register_scheme
+
+#: the most learned positions (the same bound as ``max_positions``)
+MAX_NPOS = 2**20
+
+
+@register_scheme
+class Cope(Scheme):
+    name = "cope"
+    contributes = "score"
+    bidirectional = False
+    attention_implementations = ("eager", "sdpa")
+    options = {"npos_max": 64}
+
+    @classmethod
+    def check_option(cls, name: str, value: object) -> object:
+        if name == "npos_max":
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_NPOS:
+                raise ValueError(f"npos_max (cope) must be an integer from 1 to {MAX_NPOS:,}, got {value!r}")
+        return value
+
+    @classmethod
+    def check_model(cls, plan) -> None:
+        if not plan.attention_modules or not plan.head_dim:
+            raise NotImplementedError(f"cope needs self-attention modules with a known head width; "
+                                      f"{plan.family.name} has none bound")
+
+    def __init__(self, plan) -> None:
+        super().__init__(plan)
+        self.npos_max = int(plan.config.scheme_options["npos_max"])
+        self.vectors = nn.ParameterList(
+            nn.Parameter(torch.zeros(plan.head_dim, self.npos_max)) for _ in range(plan.attention_modules)
+        )
+
+    def score_bias(self, index: int, query: torch.Tensor, key: torch.Tensor, scaling: float,
+                   allowed: torch.Tensor | None) -> torch.Tensor:
+        acc = torch.promote_types(query.dtype, torch.float32)  # positions are summed in float32 at least
+        logits = torch.matmul(query * scaling, key.transpose(-1, -2))  # the attention's scaled logits
+        gates = torch.sigmoid(logits.to(acc))  # [b, h, n, t]
+        if allowed is not None:
+            gates = torch.where(allowed, gates, 0.0)
+        # p_ij = sum_{k >= j} g_ik, summed from the query back (a masked key adds nothing)
+        positions = gates.flip(-1).cumsum_(dim=-1).flip(-1).clamp_(max=self.npos_max - 1)
+        at_rows = torch.matmul(query, self.vectors[index].to(query.dtype)).to(acc)  # [b, h, n, npos]: q . e[p]
+        slopes = torch.diff(at_rows, dim=-1, append=at_rows[..., -1:])  # q . (e[p + 1] - e[p]); 0 at the end
+        floor = positions.floor()
+        rows = floor.long()
+        weight = positions - floor  # in [0, 1); the gradient into the gates flows through here
+        return torch.addcmul(at_rows.gather(-1, rows), weight, slopes.gather(-1, rows)).to(query.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{self.name}, npos_max={self.npos_max}, layers={len(self.vectors)}"
