@@ -1,11 +1,16 @@
-"""Smoke test of ``hf-trajpe bench``: the whole suite at the tiny size, structure only, no timing."""
+"""Smoke test of ``hf-trajpe bench`` (the whole suite at the tiny size, structure only, no timing) and the
+interval and verdict logic on synthetic paired timings."""
 
+import contextlib
 import json
 
+import numpy as np
 import pytest
 import torch
 
-from hf_trajpe.benchmarks.suite import BENCHMARKS, TARGETS
+from hf_trajpe.benchmarks.intervals import MIN_ROUNDS, paired_interval, relative_half_width, verdict
+from hf_trajpe.benchmarks.suite import BENCHMARKS, TARGETS, check_targets
+from hf_trajpe.benchmarks.timing import side_by_side
 from hf_trajpe.cli import main
 
 
@@ -32,8 +37,11 @@ def _check_side_by_side(res, variants, keys):
     for key in keys:
         assert res["stock"][key] > 0
         for figs in res["variants"].values():
-            assert set(figs[key]) == {"median", "ratio_of_medians", "paired_ratio"}
-            assert figs[key]["paired_ratio"] > 0
+            assert set(figs[key]) == {"median", "ratio_of_medians", "paired_ratio", "interval", "rounds", "half_width"}
+            low, high = figs[key]["interval"]
+            assert 0 < low <= figs[key]["paired_ratio"] <= high
+            assert figs[key]["rounds"] == res["rounds"] == 1  # tiny: one round, no adaptive rounds
+    assert res["stopped"] == "fixed"
 
 
 def test_model_decode_memory_alibi_structure(bench_all):
@@ -65,10 +73,14 @@ def test_encoding_and_targets(bench_all):
     runs = result["encoding"]["runs"]
     assert [r["shape"]["seq"] for r in runs] == [16, 64]
     assert all(r["ratio_vs_lookup"]["table lookup (baseline)"] == 1.0 for r in runs)
+    assert result["encoding"]["sinusoid_accuracy"]["max_abs_error"] < 1e-4
     targets = result["targets"]
     assert {t["target"] for t in targets} == set(TARGETS)
     for t in targets:
-        assert t["met"] == (t["measured"] <= t["limit"])
+        if t["target"] == "memory":  # counted, deterministic: no interval
+            assert t["interval"] is None and t["verdict"] == ("met" if t["measured"] <= t["limit"] else "missed")
+        else:  # one round cannot resolve anything
+            assert t["rounds"] == 1 and t["verdict"] == "unresolved"
     # every trajectory variant of every model has a row for each model-level target
     assert sum(t["target"] == "train_step" for t in targets) == 4 + 3
     row = next(t for t in targets if t["target"] == "memory" and t["variant"] == "trajectory/alibi")
@@ -80,7 +92,9 @@ def test_markdown_has_every_section(bench_all):
     for heading in ("## Machine", "## Targets", "## Encoding only", "## Forward and training step",
                     "## Greedy decoding", "## Peak memory", "## ALiBi"):
         assert heading in md
-    assert "| target | model / shape | encoding | measured | limit | verdict | base encoding alone |" in md
+    assert ("| target | model / shape | encoding | paired ratio | 95% interval | rounds | limit | verdict "
+            "| base encoding alone |") in md
+    assert "ratio of medians (unpaired)" in md
     assert "torch_threads" in md
 
 
@@ -97,6 +111,10 @@ def test_single_benchmark_and_encoding_overrides(tmp_path, capsys):
 def test_bad_arguments_say_what_to_do(capsys):
     assert main(["bench", "models", "--size", "tiny", "--repeats", "0"]) == 2
     assert "--repeats must be at least 1" in capsys.readouterr().err
+    assert main(["bench", "models", "--size", "tiny", "--repeats", "8", "--max-repeats", "4"]) == 2
+    assert "--max-repeats 4 is below --repeats 8" in capsys.readouterr().err
+    assert main(["bench", "models", "--size", "tiny", "--budget", "0"]) == 2
+    assert "budget" in capsys.readouterr().err
     assert main(["bench", "models", "--size", "tiny", "--device", "gpu0"]) == 2
     assert "not a torch device" in capsys.readouterr().err
     if not torch.cuda.is_available():
@@ -119,3 +137,125 @@ def test_peak_memory_counts_what_a_step_holds_at_once():
             pass
     assert pm.peaks["step"] == 12 * 2**20
     assert pm.peaks["nothing"] == 0
+
+
+# -- intervals and verdicts on synthetic paired timings (no clock involved) ------------------------------
+def _ratios(center, spread, n, seed=0):
+    return list(center * np.exp(np.random.default_rng(seed).normal(0, spread, n)))
+
+
+def test_interval_is_a_bootstrap_of_the_median_and_reproducible():
+    r = _ratios(1.01, 0.01, 20)
+    iv = paired_interval(r)
+    assert iv["point"] == pytest.approx(float(np.median(r)))
+    assert iv["low"] < iv["point"] < iv["high"] and iv["rounds"] == 20
+    assert min(r) <= iv["low"] and iv["high"] <= max(r)
+    assert paired_interval(r) == iv  # fixed seed: same timings, same interval
+    assert relative_half_width(paired_interval(_ratios(1.0, 0.002, 40))) < relative_half_width(
+        paired_interval(_ratios(1.0, 0.05, 40)))
+    with pytest.raises(ValueError, match="non-empty"):
+        paired_interval([])
+    with pytest.raises(ValueError, match="positive"):
+        paired_interval([1.0, float("nan")])
+
+
+@pytest.mark.parametrize("center,spread,n,expected", [
+    (1.00, 0.005, 20, "met"),         # interval well below 1.03
+    (1.08, 0.005, 20, "missed"),      # interval well above
+    (1.03, 0.03, 20, "unresolved"),   # straddles the limit
+    (1.00, 0.005, MIN_ROUNDS - 2, "unresolved"),  # too few rounds for a verdict, however tight
+])
+def test_verdict_met_missed_unresolved(center, spread, n, expected):
+    iv = paired_interval(_ratios(center, spread, n))
+    assert verdict(iv, 1.03) == expected
+
+
+def test_verdict_uses_the_interval_ends_not_the_point():
+    assert verdict({"point": 1.02, "low": 1.01, "high": 1.029, "rounds": 10}, 1.03) == "met"
+    assert verdict({"point": 1.02, "low": 1.01, "high": 1.031, "rounds": 10}, 1.03) == "unresolved"
+    assert verdict({"point": 1.04, "low": 1.029, "high": 1.05, "rounds": 10}, 1.03) == "unresolved"
+    assert verdict({"point": 1.04, "low": 1.031, "high": 1.05, "rounds": 10}, 1.03) == "missed"
+
+
+class _FakeTimer:
+    """``measure``/``context`` for :func:`side_by_side` returning made-up seconds: stock 1.0, a variant its
+    factor, times multiplicative noise; records the order of the runs."""
+
+    def __init__(self, factors, spread, seed=0):
+        self.factors, self.spread = factors, spread
+        self.rng = np.random.default_rng(seed)
+        self.current, self.log = None, []
+
+    def context(self, name):
+        @contextlib.contextmanager
+        def ctx():
+            self.current = name
+            self.log.append(name)
+            yield
+        return ctx()
+
+    def measure(self):
+        base = 1.0 if self.current is None else self.factors[self.current]
+        return {"seconds": base * float(np.exp(self.rng.normal(0, self.spread)))}
+
+
+def _orders(log, name):
+    """(stock first, variant first) counts of the pairs with ``name`` after the warm-up."""
+    first = {"stock": 0, "variant": 0}
+    for a, b in zip(log[::2], log[1::2], strict=True):
+        if name in (a, b):
+            first["stock" if a is None else "variant"] += 1
+    return first
+
+
+def test_adaptive_rounds_stop_when_the_intervals_are_narrow():
+    t = _FakeTimer({"a": 1.0, "b": 1.1}, spread=0.01)
+    res = side_by_side(t.measure, ["a", "b"], t.context, repeats=6, warmup=0, max_rounds=40)
+    assert res["stopped"] == "converged" and res["rounds"] < 40
+    for name in ("a", "b"):
+        fig = res["variants"][name]["seconds"]
+        assert fig["half_width"] <= 0.02 and fig["rounds"] % 2 == 0
+        assert _orders(t.log, name)["stock"] == _orders(t.log, name)["variant"]  # both orders equally often
+    assert verdict({"point": res["variants"]["b"]["seconds"]["paired_ratio"],
+                    "low": res["variants"]["b"]["seconds"]["interval"][0],
+                    "high": res["variants"]["b"]["seconds"]["interval"][1],
+                    "rounds": res["variants"]["b"]["seconds"]["rounds"]}, 1.03) == "missed"
+
+
+def test_adaptive_rounds_add_pairs_only_for_wide_intervals_and_respect_the_caps():
+    t = _FakeTimer({"tight": 1.0, "noisy": 1.0}, spread=0.0)
+    noisy = _FakeTimer({}, spread=0.2, seed=1)
+
+    def measure():
+        out = t.measure()
+        if t.current == "noisy":
+            out["seconds"] *= noisy.measure()["seconds"]
+        return out
+
+    res = side_by_side(measure, ["tight", "noisy"], t.context, repeats=6, warmup=0, max_rounds=12)
+    assert res["stopped"] == "max_rounds" and res["rounds"] == 12
+    assert res["variants"]["tight"]["seconds"]["rounds"] == 6  # converged at once: no more rounds
+    assert res["variants"]["noisy"]["seconds"]["rounds"] == 12
+    t2 = _FakeTimer({"a": 1.0}, spread=0.2)
+    res = side_by_side(t2.measure, ["a"], t2.context, repeats=6, warmup=0, max_rounds=100, budget_s=0)
+    assert res["stopped"] == "budget" and res["rounds"] == 6
+    t3 = _FakeTimer({"a": 1.0}, spread=0.2)
+    res = side_by_side(t3.measure, ["a"], t3.context, repeats=3, warmup=0)
+    assert res["stopped"] == "fixed" and res["rounds"] == 3
+
+
+def test_targets_carry_interval_rounds_and_verdict():
+    def fig(point, low, high, rounds=10):
+        return {"seconds": {"paired_ratio": point, "interval": [low, high], "rounds": rounds, "half_width": 0.01,
+                            "ratio_of_medians": point, "median": 1.0}}
+
+    train = {"variants": {"sinusoidal": fig(1.0, 0.99, 1.01), "trajectory/sinusoidal": fig(1.01, 1.0, 1.02),
+                          "rope": fig(1.0, 0.99, 1.01), "trajectory/rope": fig(1.05, 1.04, 1.06),
+                          "trajectory/alibi": fig(1.03, 1.01, 1.05)}}
+    rows = check_targets({"models": {"models": {"gpt2": {"train_step": train}}}})
+    by = {r["variant"]: r for r in rows}
+    assert by["trajectory/sinusoidal"]["verdict"] == "met"
+    assert by["trajectory/rope"]["verdict"] == "missed"
+    assert by["trajectory/alibi"]["verdict"] == "unresolved"
+    assert by["trajectory/sinusoidal"]["interval"] == [1.0, 1.02] and by["trajectory/sinusoidal"]["rounds"] == 10
+    assert by["trajectory/sinusoidal"]["base_measured"] == 1.0 and by["trajectory/alibi"]["base_measured"] is None

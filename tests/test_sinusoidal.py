@@ -94,3 +94,53 @@ def test_graph_and_no_graph_paths_agree_and_gradient_flows():
     assert torch.equal(with_graph.detach(), without)
     with_graph.sum().backward()
     assert pos.grad is not None and pos.grad.abs().sum() > 0
+
+
+def test_float32_keeps_1e4_accuracy_up_to_32k_positions():
+    """The angle p * w_k is not formed in float32 (at p = 32,768 its rounding alone costs 2e-3): the
+    integer part comes from float64-built tables reduced modulo 2 pi, the fraction is added to them."""
+    pos = torch.tensor([0.0, 0.25, 2047.0, 12345.678, 30000.123, 32767.0, 32767.5, 32767.99, 32768.0])
+    got = sinusoidal_encoding(pos, 768)
+    assert got.dtype == torch.float32
+    want = reference.sinusoidal(pos.double().numpy(), 768)  # at the same float32 positions, in float64
+    assert np.abs(got.double().numpy() - want).max() < 1e-4
+    # integer tensors take the same path
+    ints = torch.tensor([0, 1, 4095, 32768])
+    assert np.abs(sinusoidal_encoding(ints, 64).double().numpy() - reference.sinusoidal(ints.numpy(), 64)).max() < 1e-5
+
+
+def test_float32_gradient_matches_the_float64_formula():
+    """d/dp sin(p w) = w cos(p w) and d/dp cos(p w) = -w sin(p w), through the fractional part."""
+    pos = torch.tensor([[0.5, 3.25, 511.9, 30000.7, 32767.5]], requires_grad=True)
+    out = sinusoidal_encoding(pos, 64)
+    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(0))
+    out.backward(g)
+    p64 = pos.detach().double().requires_grad_()
+    w = sinusoidal_frequencies(64, dtype=torch.float64)
+    angles = p64[..., None] * w
+    torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2).backward(g.double())
+    torch.testing.assert_close(pos.grad.double(), p64.grad, rtol=1e-4, atol=1e-4)
+
+
+def test_float64_positions_pass_gradcheck():
+    pos = torch.tensor([0.3, 7.9, 1000.25], dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda p: sinusoidal_encoding(p, 16), (pos,))
+
+
+def test_non_finite_and_out_of_range_positions_do_not_break_the_lookup():
+    pe = sinusoidal_encoding(torch.tensor([float("nan"), float("inf"), -3.5, 2.0**24 + 2]), 8)
+    assert pe[:2].isnan().all()  # as sin/cos of them would be
+    want = reference.sinusoidal(np.array([-3.5, 2.0**24 + 2]), 8)
+    assert np.abs(pe[2].double().numpy() - want[0]).max() < 1e-6  # negative: the plain float32 product
+    assert pe[3].isfinite().all()
+
+
+def test_cached_tables_work_under_inference_mode_then_with_autograd():
+    from hf_trajpe.encodings.sinusoidal import _angle_rows
+
+    _angle_rows.cache_clear()  # the tables are built (and cached) by the next call, in inference mode
+    with torch.inference_mode():
+        sinusoidal_encoding(torch.tensor([1.5]), 12)  # builds and caches the tables for width 12
+    pos = torch.tensor([1.5, 2.25], requires_grad=True)
+    sinusoidal_encoding(pos, 12).sum().backward()
+    assert pos.grad is not None and torch.isfinite(pos.grad).all()

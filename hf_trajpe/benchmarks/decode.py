@@ -45,14 +45,19 @@ def bench_decode(
     dtype: torch.dtype = torch.float32,
     repeats: int | None = None,
     progress: Callable[[str], None] = print,
+    max_rounds: int | None = None,
+    budget_s: float | None = None,
 ) -> dict[str, object]:
-    """Per model: ``generate()`` seconds and per-token decode seconds of each encoding against stock."""
+    """Per model: ``generate()`` seconds and per-token decode seconds of each encoding against stock;
+    the adaptive rounds watch the per-token figure (the target's)."""
     from transformers import GenerationConfig, LogitsProcessorList
 
     repeats = repeats or size.repeats["decode"]
+    max_rounds = max(max_rounds or size.max_rounds.get("decode", repeats), repeats)
+    budget_s = budget_s if budget_s is not None else size.budget_s.get("decode")
     new = size.decode_new
     out: dict[str, object] = {"prompt_tokens": size.decode_prompt, "new_tokens": new, "batch": 1,
-                              "repeats": repeats, "models": {}}
+                              "repeats": repeats, "max_rounds": max_rounds, "budget_s": budget_s, "models": {}}
     for family in families:
         model = build_model(family, size, device, dtype)
         prompt = random_ids(model.config.vocab_size, size.decode_prompt, device=device)
@@ -68,9 +73,10 @@ def bench_decode(
                 raise RuntimeError(f"generate() made {ids.shape[1] - prompt.shape[1]} tokens, expected {new}")
             return {"generate_s": t[0], "per_token_s": clock.per_token()}
 
-        progress(f"decode: {family}, {len(variants)} encodings x {repeats} paired rounds")
+        progress(f"decode: {family}, {len(variants)} encodings x {repeats}-{max_rounds} paired rounds")
         res = side_by_side(measure, variants, patched(model), repeats, warmup=1,
-                           progress=lambda s, f=family: progress(f"decode: {f} {s}"))
+                           progress=lambda s, f=family: progress(f"decode: {f} {s}"), max_rounds=max_rounds,
+                           budget_s=budget_s, watch=["per_token_s"])
         out["models"][family] = res
         del model
     return out

@@ -37,10 +37,17 @@ def bench_models(
     dtype: torch.dtype = torch.float32,
     repeats: int | None = None,
     progress: Callable[[str], None] = print,
+    max_rounds: int | None = None,
+    budget_s: float | None = None,
 ) -> dict[str, object]:
-    """Per model: forward and training-step time of each encoding against stock (ratios, medians)."""
+    """Per model: forward and training-step time of each encoding against stock (paired ratios with their
+    intervals, medians); ``repeats`` to ``max_rounds`` paired rounds, ``budget_s`` per figure set."""
     repeats = repeats or size.repeats["models"]
-    out: dict[str, object] = {"tokens": size.tokens, "batch": 1, "repeats": repeats, "models": {}}
+    max_rounds = max(max_rounds or size.max_rounds.get("models", repeats), repeats)
+    budget_s = budget_s if budget_s is not None else size.budget_s.get("models")
+    adaptive = dict(max_rounds=max_rounds, budget_s=budget_s)
+    out: dict[str, object] = {"tokens": size.tokens, "batch": 1, "repeats": repeats, "max_rounds": max_rounds,
+                              "budget_s": budget_s, "models": {}}
     for family in families:
         model = build_model(family, size, device, dtype)
         ids = random_ids(model.config.vocab_size, size.tokens, device=device)
@@ -61,13 +68,14 @@ def bench_models(
             model.zero_grad(set_to_none=True)
             return {"seconds": sec}
 
-        progress(f"models: {family} forward, {len(variants)} encodings x {repeats} paired rounds")
+        progress(f"models: {family} forward, {len(variants)} encodings x {repeats}-{max_rounds} paired rounds")
         fwd = side_by_side(lambda: {"seconds": wall(forward, device)}, variants, context, repeats,
-                           warmup=1, progress=lambda s, f=family: progress(f"models: {f} forward {s}"))
+                           warmup=1, progress=lambda s, f=family: progress(f"models: {f} forward {s}"), **adaptive)
         measure_train()  # warm-up of the backward pass (stock)
-        progress(f"models: {family} training step, {len(variants)} encodings x {repeats} paired rounds")
+        progress(f"models: {family} training step, {len(variants)} encodings x {repeats}-{max_rounds} paired "
+                 "rounds")
         train = side_by_side(measure_train, variants, context, repeats, warmup=0,
-                             progress=lambda s, f=family: progress(f"models: {f} training step {s}"))
+                             progress=lambda s, f=family: progress(f"models: {f} training step {s}"), **adaptive)
         out["models"][family] = {"config": describe_model(model), "forward": fwd, "train_step": train}
         del model
     return out

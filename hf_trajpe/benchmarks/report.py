@@ -1,4 +1,8 @@
-"""Markdown for a benchmark result (the JSON holds the same figures, unrounded)."""
+"""Markdown for a benchmark result (the JSON holds the same figures, unrounded).
+
+Time ratios are paired: the median of per-round ratios (patched / the stock run next to it) with its
+95% bootstrap interval and the number of rounds; the ratio of medians is kept, labelled unpaired.
+"""
 
 from __future__ import annotations
 
@@ -27,22 +31,50 @@ def _meta(meta: dict) -> list[str]:
     return lines
 
 
+def _iv(interval: list | None, rounds: int | None = None) -> str:
+    if interval is None:
+        return ""
+    if rounds is not None and rounds < 2:
+        return "n/a (1 round)"
+    return f"[{interval[0]:.3f}, {interval[1]:.3f}]"
+
+
+_VERDICT = {"met": "met", "missed": "**missed**", "unresolved": "unresolved"}
+
+
 def _targets(rows: list[dict]) -> list[str]:
-    out = ["| target | model / shape | encoding | measured | limit | verdict | base encoding alone |",
-           "|---|---|---|---:|---:|---|---|"]
+    out = ["Time rows: the median of the paired per-round ratios, its 95% bootstrap interval and the rounds; "
+           "met only if the whole interval is within the limit, missed only if it is all above, unresolved "
+           "otherwise (or with fewer than 6 rounds). Memory rows are deterministic counts (no interval).", "",
+           "| target | model / shape | encoding | paired ratio | 95% interval | rounds | limit | verdict "
+           "| base encoding alone |",
+           "|---|---|---|---:|---|---:|---:|---|---|"]
     for r in rows:
-        base = f"{r['base_encoding']}: {r['base_measured']:.3f}" if r.get("base_measured") is not None else ""
-        out.append(f"| {r['what']} | {r['where']} | {r['variant']} | {r['measured']:.3f} | {r['limit']:.2f} | "
-                   f"{'met' if r['met'] else '**missed**'} | {base} |")
+        base = ""
+        if r.get("base_measured") is not None:
+            base = f"{r['base_encoding']}: {r['base_measured']:.3f}"
+            if r.get("base_interval") is not None and (r.get("rounds") or 0) >= 2:
+                base += f" {_iv(r['base_interval'])}"
+        rounds = "" if r.get("rounds") is None else str(r["rounds"])
+        iv = _iv(r.get("interval"), r.get("rounds"))
+        out.append(f"| {r['what']} | {r['where']} | {r['variant']} | {r['measured']:.3f} | {iv} "
+                   f"| {rounds} | {r['limit']:.2f} | {_VERDICT[r['verdict']]} | {base} |")
     return out
 
 
+def _rounds(res: dict) -> str:
+    return (f"{res['rounds']} paired rounds (at least {res['repeats']}, at most {res['max_rounds']}; stopped: "
+            f"{res['stopped']})")
+
+
 def _timing_table(res: dict, key: str, unit: str = "s") -> list[str]:
-    out = [f"| encoding | median {unit} | ratio of medians | paired ratio |", "|---|---:|---:|---:|",
-           f"| stock | {res['stock'][key]:.4f} | 1.000 | |"]
+    out = [f"| encoding | median {unit} | paired ratio | 95% interval | rounds | ratio of medians (unpaired) |",
+           "|---|---:|---:|---|---:|---:|",
+           f"| stock | {res['stock'][key]:.4f} | | | | |"]
     for label, figs in res["variants"].items():
         f = figs[key]
-        out.append(f"| {label} | {f['median']:.4f} | {f['ratio_of_medians']:.3f} | {f['paired_ratio']:.3f} |")
+        out.append(f"| {label} | {f['median']:.4f} | {f['paired_ratio']:.3f} | {_iv(f['interval'], f['rounds'])} | "
+                   f"{f['rounds']} | {f['ratio_of_medians']:.3f} |")
     return out
 
 
@@ -50,21 +82,33 @@ def _encoding(res: dict) -> list[str]:
     out = []
     for run in res["runs"]:
         s = run["shape"]
-        out += ["", f"Batch {s['batch']} x {s['seq']} tokens, width {s['dim']}, {s['dtype']}, median of "
-                f"{run['repeats']} interleaved rounds:", "",
-                "| variant | median ms | ratio vs lookup |", "|---|---:|---:|"]
+        out += ["", f"Batch {s['batch']} x {s['seq']} tokens, width {s['dim']}, {s['dtype']}, {_rounds_enc(run)}:", "",
+                "| variant | median ms | paired ratio vs lookup | 95% interval | rounds |", "|---|---:|---:|---|---:|"]
         for name, sec in run["seconds"].items():
-            out.append(f"| {name} | {sec * 1e3:.3f} | {run['ratio_vs_lookup'][name]:.2f} |")
+            f = run["paired"].get(name)
+            if f is None:
+                out.append(f"| {name} | {sec * 1e3:.3f} | 1.00 | | |")
+            else:
+                iv = _iv(f["interval"], f["rounds"])
+                out.append(f"| {name} | {sec * 1e3:.3f} | {f['paired_ratio']:.2f} | {iv} | {f['rounds']} |")
+    acc = res.get("sinusoid_accuracy")
+    if acc:
+        out += ["", f"Exact sinusoid in float32 against the float64 formula, width {acc['dim']}, {acc['positions']} "
+                f"positions up to {acc['max_position']:,}: largest error {acc['max_abs_error']:.2e}."]
     return out
+
+
+def _rounds_enc(run: dict) -> str:
+    return f"{run['rounds']} paired rounds against the lookup (at least {run['repeats']}; stopped: {run['stopped']})"
 
 
 def _models(res: dict) -> list[str]:
     out = []
     for family, r in res["models"].items():
-        out += ["", f"**{family}** ({_cfg(r['config'])}), batch {res['batch']} x {res['tokens']} tokens, "
-                f"{res['repeats']} paired rounds.", "", "Forward (no grad):", ""]
+        out += ["", f"**{family}** ({_cfg(r['config'])}), batch {res['batch']} x {res['tokens']} tokens.", "",
+                f"Forward (no grad), {_rounds(r['forward'])}:", ""]
         out += _timing_table(r["forward"], "seconds")
-        out += ["", "Training step (forward with LM loss + backward):", ""]
+        out += ["", f"Training step (forward with LM loss + backward), {_rounds(r['train_step'])}:", ""]
         out += _timing_table(r["train_step"], "seconds")
     return out
 
@@ -75,14 +119,15 @@ def _decode(res: dict) -> list[str]:
     for family, r in res["models"].items():
         st = r["stock"]
         out += ["", f"**{family}**: greedy `generate()`, KV cache, prompt {res['prompt_tokens']} tokens, {new} new "
-                f"tokens, batch {res['batch']}, {res['repeats']} paired rounds.", "",
-                "| encoding | tokens/s | per-token ms | per-token ratio (paired) | generate ratio (paired) |",
-                "|---|---:|---:|---:|---:|",
-                f"| stock | {new / st['generate_s']:.1f} | {st['per_token_s'] * 1e3:.2f} | | |"]
+                f"tokens, batch {res['batch']}, {_rounds(r)}.", "",
+                "| encoding | tokens/s | per-token ms | per-token paired ratio | 95% interval | rounds "
+                "| generate paired ratio |",
+                "|---|---:|---:|---:|---|---:|---:|",
+                f"| stock | {new / st['generate_s']:.1f} | {st['per_token_s'] * 1e3:.2f} | | | | |"]
         for label, figs in r["variants"].items():
             g, p = figs["generate_s"], figs["per_token_s"]
             out.append(f"| {label} | {new / g['median']:.1f} | {p['median'] * 1e3:.2f} | {p['paired_ratio']:.3f} | "
-                       f"{g['paired_ratio']:.3f} |")
+                       f"{_iv(p['interval'], p['rounds'])} | {p['rounds']} | {g['paired_ratio']:.3f} |")
     return out
 
 
@@ -107,7 +152,7 @@ def _memory(res: dict) -> list[str]:
 
 def _alibi(res: dict) -> list[str]:
     out = ["", f"{_cfg(res['config'])}, batch {res['batch']} x {res['tokens']} tokens; stock: RoPE + causal SDPA.",
-           "", f"Forward time, {res['repeats']} paired rounds:", ""]
+           "", f"Forward time, {_rounds(res['forward'])}:", ""]
     out += _timing_table(res["forward"], "seconds")
     for what, rows in res["memory"].items():
         out += ["", f"Peak memory, {what.replace('_', ' ')} ({res['memory_method']}):", ""]
@@ -125,8 +170,9 @@ _SECTIONS = {
 
 
 def to_markdown(result: dict) -> str:
-    lines = ["# hf-trajpe bench", "", "Every figure is a ratio measured side by side in this run (see "
-             "docs/benchmarks.md for how to read them).", "", "## Machine", ""]
+    lines = ["# hf-trajpe bench", "", "Every figure is a ratio measured side by side in this run; time ratios are "
+             "the median of paired per-round ratios with a 95% bootstrap interval (see docs/benchmarks.md for how "
+             "to read them).", "", "## Machine", ""]
     lines += _meta(result["meta"])
     if result.get("targets"):
         lines += ["", "## Targets", ""] + _targets(result["targets"])

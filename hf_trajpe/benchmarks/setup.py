@@ -47,7 +47,9 @@ class Size:
     decode_prompt: int
     decode_new: int
     alibi_tokens: int
-    repeats: dict = field(default_factory=dict)  # per benchmark: interleaved rounds
+    repeats: dict = field(default_factory=dict)  # per benchmark: paired rounds, at least
+    max_rounds: dict = field(default_factory=dict)  # per benchmark: paired rounds, at most (adaptive)
+    budget_s: dict = field(default_factory=dict)  # per benchmark: seconds of rounds per measured figure set
 
 
 SIZES: dict[str, Size] = {
@@ -58,6 +60,7 @@ SIZES: dict[str, Size] = {
                    num_key_value_heads=2, max_position_embeddings=128, vocab_size=128),
         tokens=32, decode_prompt=8, decode_new=4, alibi_tokens=64,
         repeats=dict(encoding=1, models=1, decode=1, alibi=1),
+        max_rounds=dict(encoding=1, models=1, decode=1, alibi=1),
     ),
     "default": Size(
         name="default", encoding_batch=8, encoding_seqs=(512, 2048, 8192), encoding_dim=768,
@@ -67,7 +70,11 @@ SIZES: dict[str, Size] = {
         llama=dict(num_hidden_layers=4, hidden_size=512, intermediate_size=1376, num_attention_heads=8,
                    num_key_value_heads=4, max_position_embeddings=4096, vocab_size=32000),
         tokens=512, decode_prompt=32, decode_new=32, alibi_tokens=4096,
-        repeats=dict(encoding=7, models=4, decode=4, alibi=3),  # even: both orders equally often
+        # at least 6 paired rounds (the fewest that give a verdict; even: both orders equally often), then
+        # two at a time while an interval is wider than +-2%, up to max_rounds or budget_s seconds of rounds
+        repeats=dict(encoding=10, models=6, decode=6, alibi=6),
+        max_rounds=dict(encoding=60, models=30, decode=30, alibi=16),
+        budget_s=dict(encoding=20, models=90, decode=90, alibi=90),
     ),
 }
 

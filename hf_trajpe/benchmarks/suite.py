@@ -6,6 +6,10 @@ Targets (docs/spec.md, section 6), each checked on the side-by-side figures of t
 - per-token greedy decoding with the KV cache: at most 3% slower (paired ratio <= 1.03);
 - peak memory of a training step: at most 5% more (ratio <= 1.05, weights included);
 - trajectory positions + encoding: within 2x of a plain sinusoidal table lookup.
+
+A time target is ``met`` only when the 95% interval of its paired ratio lies within the limit, ``missed``
+only when it lies above, ``unresolved`` otherwise (intervals.py). Memory is counted, not timed: one
+deterministic figure, met or missed.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ import torch
 
 from .alibi import bench_alibi
 from .decode import bench_decode
-from .encoding import bench_encoding
+from .encoding import bench_encoding, sinusoid_accuracy
+from .intervals import verdict
 from .machine import machine_info
 from .memory import bench_memory
 from .models import bench_models
@@ -39,13 +44,21 @@ ENCODING_TARGET_VARIANTS = ("trajectory + sinusoidal exact", "trajectory + sinus
 
 
 def _encoding(size: Size, device: str, dtype: torch.dtype, repeats: int | None,
-              progress: Callable[[str], None], **_) -> dict[str, object]:
+              progress: Callable[[str], None], max_rounds: int | None = None,
+              budget_s: float | None = None) -> dict[str, object]:
     repeats = repeats or size.repeats["encoding"]
+    max_rounds = max(max_rounds or size.max_rounds.get("encoding", repeats), repeats)
+    budget_s = budget_s if budget_s is not None else size.budget_s.get("encoding")
     runs = []
     for seq in size.encoding_seqs:
-        progress(f"encoding: batch {size.encoding_batch} x {seq} tokens x {size.encoding_dim}, {repeats} rounds")
-        runs.append(bench_encoding(size.encoding_batch, seq, size.encoding_dim, repeats, device, dtype))
-    return {"repeats": repeats, "runs": runs}
+        shape = f"batch {size.encoding_batch} x {seq} tokens x {size.encoding_dim}"
+        progress(f"encoding: {shape}, {repeats}-{max_rounds} paired rounds")
+        runs.append(bench_encoding(size.encoding_batch, seq, size.encoding_dim, repeats, device, dtype,
+                                   max_rounds=max_rounds, budget_s=budget_s,
+                                   progress=lambda s, shape=shape: progress(f"encoding: {shape} {s}")))
+    accuracy = sinusoid_accuracy(size.encoding_dim)
+    return {"repeats": repeats, "max_rounds": max_rounds, "budget_s": budget_s, "runs": runs,
+            "sinusoid_accuracy": accuracy}
 
 
 def run_benchmarks(
@@ -56,8 +69,13 @@ def run_benchmarks(
     dtype: torch.dtype = torch.float32,
     repeats: int | None = None,
     progress: Callable[[str], None] = print,
+    max_rounds: int | None = None,
+    budget_s: float | None = None,
 ) -> dict[str, object]:
-    """Run ``which`` benchmarks at ``size``; returns ``{"meta": ..., <benchmark>: ..., "targets": [...]}``."""
+    """Run ``which`` benchmarks at ``size``; returns ``{"meta": ..., <benchmark>: ..., "targets": [...]}``.
+
+    ``repeats``/``max_rounds``/``budget_s`` override the size's paired rounds (at least, at most) and
+    seconds of rounds per measured figure set, for every timed benchmark."""
     unknown = [w for w in which if w not in BENCHMARKS]
     if unknown:
         raise ValueError(f"unknown benchmark(s) {unknown}; choose from {', '.join(BENCHMARKS)}")
@@ -69,18 +87,19 @@ def run_benchmarks(
 
     result: dict[str, object] = {"meta": dict(machine_info(device, dtype), size=size.name)}
     common = dict(device=device, dtype=dtype, progress=tick)
+    timed = dict(common, repeats=repeats, max_rounds=max_rounds, budget_s=budget_s)
     for name in which:
         b0 = time.perf_counter()
         if name == "encoding":
-            result[name] = _encoding(size, repeats=repeats, **common)
+            result[name] = _encoding(size, **timed)
         elif name == "models":
-            result[name] = bench_models(size, families, repeats=repeats, **common)
+            result[name] = bench_models(size, families, **timed)
         elif name == "decode":
-            result[name] = bench_decode(size, families, repeats=repeats, **common)
+            result[name] = bench_decode(size, families, **timed)
         elif name == "memory":
             result[name] = bench_memory(size, families, **common)
         elif name == "alibi":
-            result[name] = bench_alibi(size, repeats=repeats, **common)
+            result[name] = bench_alibi(size, **timed)
         result[name]["wall_s"] = round(time.perf_counter() - b0, 1)
         tick(f"{name} done in {result[name]['wall_s']:.0f} s")
     meta = result["meta"]
@@ -98,23 +117,36 @@ BASE_OF = {"trajectory/learned": "native", "trajectory/sinusoidal": "sinusoidal"
            "trajectory/alibi": "alibi"}
 
 
-def _row(target: str, where: str, variant: str, measured: float, base: float | None = None) -> dict[str, object]:
-    """``base``: the same figure for the variant's base encoding at integer positions (None if n/a)."""
+def _row(target: str, where: str, variant: str, figure: dict, base: dict | None = None) -> dict[str, object]:
+    """``figure``: a timed figure of ``side_by_side`` (paired ratio, interval, rounds) or, for memory,
+    ``{"paired_ratio": ratio}`` alone (deterministic: no interval). ``base``: the same figure for the
+    variant's base encoding at integer positions (None if n/a)."""
     limit, what = TARGETS[target]
-    return {"target": target, "what": what, "where": where, "variant": variant, "measured": measured,
-            "base_encoding": BASE_OF.get(variant), "base_measured": base, "limit": limit,
-            "met": bool(measured <= limit)}
+    point = figure["paired_ratio"]
+    interval = figure.get("interval")
+    if interval is None:  # counted, not timed
+        result, rounds = ("met" if point <= limit else "missed"), None
+    else:
+        rounds = figure["rounds"]
+        result = verdict({"point": point, "low": interval[0], "high": interval[1], "rounds": rounds}, limit)
+    return {"target": target, "what": what, "where": where, "variant": variant, "measured": point,
+            "interval": interval, "rounds": rounds, "half_width": figure.get("half_width"),
+            "ratio_of_medians": figure.get("ratio_of_medians"), "limit": limit, "verdict": result,
+            "base_encoding": BASE_OF.get(variant),
+            "base_measured": None if base is None else base["paired_ratio"],
+            "base_interval": None if base is None else base.get("interval")}
 
 
 def check_targets(result: dict[str, object]) -> list[dict[str, object]]:
     """One row per (target, model or length, trajectory variant) present in ``result``."""
     rows: list[dict[str, object]] = []
+
     def timed(target: str, family: str, res: dict, key: str) -> None:
         figs = res["variants"]
         for label in figs:
             if label in BASE_OF:
-                base = figs.get(BASE_OF[label], {}).get(key, {}).get("paired_ratio")
-                rows.append(_row(target, family, label, figs[label][key]["paired_ratio"], base))
+                base = figs.get(BASE_OF[label], {}).get(key)
+                rows.append(_row(target, family, label, figs[label][key], base))
 
     for family, r in result.get("models", {}).get("models", {}).items():
         timed("train_step", family, r["train_step"], "seconds")
@@ -123,10 +155,11 @@ def check_targets(result: dict[str, object]) -> list[dict[str, object]]:
     for family, r in result.get("memory", {}).get("models", {}).items():
         for label, m in r["variants"].items():
             if label in BASE_OF:
-                base = r["variants"].get(BASE_OF[label], {}).get("total_ratio")
-                rows.append(_row("memory", family, label, m["total_ratio"], base))
+                base = r["variants"].get(BASE_OF[label])
+                rows.append(_row("memory", family, label, {"paired_ratio": m["total_ratio"]},
+                                 None if base is None else {"paired_ratio": base["total_ratio"]}))
     for run in result.get("encoding", {}).get("runs", []):
         for label in ENCODING_TARGET_VARIANTS:
             where = f"{run['shape']['batch']} x {run['shape']['seq']} x {run['shape']['dim']}"
-            rows.append(_row("encoding", where, label, run["ratio_vs_lookup"][label]))
+            rows.append(_row("encoding", where, label, run["paired"][label]))
     return rows

@@ -13,6 +13,17 @@ HELP = ("benchmarks, patched against stock, every figure a ratio measured side b
 _WHAT = ("encoding", "models", "decode", "memory", "alibi", "all")
 
 
+def _seconds(text: str) -> float:
+    """A time budget: a finite number of seconds > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (value > 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"{text}: the budget must be a finite number of seconds > 0")
+    return value
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("what", choices=_WHAT,
                    help="encoding: trajectory positions + encoding vs a table lookup; models: forward and "
@@ -24,7 +35,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--models", nargs="+", default=["gpt2", "llama"], choices=("gpt2", "llama"),
                    help="models for models/decode/memory (default: both)")
     p.add_argument("--repeats", type=_args.int_at_least(1, "--repeats"), default=None,
-                   help="paired rounds (interleaved rounds for encoding), >= 1; default: per benchmark and size")
+                   help="paired rounds at least, >= 1 (6 or more for a met/missed verdict); default: per benchmark "
+                        "and size (6, 10 for encoding)")
+    p.add_argument("--max-repeats", type=_args.int_at_least(1, "--max-repeats"), default=None,
+                   help="paired rounds at most: rounds are added two at a time while a 95%% interval is wider than "
+                        "+-2%% (default: per benchmark and size, 30 for models and decode; equal to --repeats "
+                        "turns the adaptive rounds off)")
+    p.add_argument("--budget", type=_seconds, default=None,
+                   help="seconds of paired rounds per measured figure set (one model's forward, its training "
+                        "step, ...) after which no rounds are added (default: per benchmark, 90 s; 20 s per "
+                        "encoding shape)")
     p.add_argument("--device", type=_args.device, default="cpu", help="cpu or cuda[:N] (default: %(default)s)")
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     p.add_argument("--threads", type=_args.int_at_least(1, "the number of threads"), default=None,
@@ -52,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.repeats is not None and args.repeats < 1:
         raise ValueError(f"--repeats must be at least 1, got {args.repeats}")
+    if args.max_repeats is not None and args.repeats is not None and args.max_repeats < args.repeats:
+        raise ValueError(f"--max-repeats {args.max_repeats} is below --repeats {args.repeats}; give at least as many")
     device = args.device
     try:
         kind = torch.device(device).type
@@ -85,7 +107,8 @@ def _run(args: argparse.Namespace, device: str) -> int:
         size = dataclasses.replace(size, **overrides)
     which = BENCHMARKS if args.what == "all" else (args.what,)
     result = run_benchmarks(size, which, tuple(args.models), device, parse_dtype(args.dtype), args.repeats,
-                            progress=lambda msg: print(msg, flush=True))
+                            progress=lambda msg: print(msg, flush=True), max_rounds=args.max_repeats,
+                            budget_s=args.budget)
     md = to_markdown(result)
     print()
     print(md)
