@@ -150,12 +150,13 @@ def patch_options(opts: dict) -> dict | None:
 
 
 def experiment_config(cfg: StudyConfig, name: str, options: dict | None, seed: int,
-                      output_dir: str | Path) -> ExperimentConfig:
+                      output_dir: str | Path, data: dict | None = None) -> ExperimentConfig:
     """The experiment config one study run trains with (``Trainer`` of :mod:`hf_trajpe.training`, the
     recipe's loop): the ``model`` transformers config from scratch (causal LM), patched with ``options``
     (None: the model as built), the content types under ``output_dir/data`` in equal shares (the data
     folder of the study, its types in alphabetical order) drawn at random with replacement from ``seed``,
-    AdamW with a linear warm-up then linear decay to 10% of ``train.lr``, on the CPU, nothing logged."""
+    AdamW with a linear warm-up then linear decay to 10% of ``train.lr``, on the CPU, nothing logged.
+    ``data``: another data section (the task study's, :mod:`hf_trajpe.study.task_config`)."""
     from ..data.registry import names
 
     t = cfg.train
@@ -163,13 +164,15 @@ def experiment_config(cfg: StudyConfig, name: str, options: dict | None, seed: i
     if options is not None:
         opts = dict(options)
         encoding = {"name": opts.pop("encoding"), "options": opts}
+    if data is None:
+        data = {"path": str(Path(cfg.output_dir) / "data"), "content_types": sorted(names()),
+                "train": cfg.data.train, "validation": 0, "test": cfg.data.test, "seed": cfg.data.seed,
+                "block_size": cfg.data.block_size, "balance": True, "order": "random"}
     return config_from_dict({
         "name": f"{name}_s{seed}", "output_dir": str(output_dir), "seed": seed,
         "model": {"config": dict(cfg.model), "task": "clm", "tokenizer": cfg.tokenizer},
         "encoding": encoding,
-        "data": {"path": str(Path(cfg.output_dir) / "data"), "content_types": sorted(names()),
-                 "train": cfg.data.train, "validation": 0, "test": cfg.data.test, "seed": cfg.data.seed,
-                 "block_size": cfg.data.block_size, "balance": True, "order": "random"},
+        "data": data,
         "optimizer": {"name": "adamw", "lr": t.lr, "weight_decay": t.weight_decay},
         "schedule": {"name": "linear", "warmup_steps": t.warmup_steps, "min_lr_ratio": 0.1},
         "train": {"max_steps": t.steps, "batch_size": t.batch_size, "max_grad_norm": t.max_grad_norm,
@@ -179,7 +182,8 @@ def experiment_config(cfg: StudyConfig, name: str, options: dict | None, seed: i
 
 
 def load_study_config(path: str | Path, quick: bool = False, overrides: list[str] | None = None) -> StudyConfig:
-    """Read a study YAML; ``quick`` applies its ``quick:`` overrides, then ``overrides``."""
+    """Read a study YAML; ``quick`` applies its ``quick:`` overrides, then ``overrides``. A YAML with a
+    ``tasks:`` section is the task study's (:class:`~hf_trajpe.study.task_config.TaskStudyConfig`)."""
     import yaml
 
     path = Path(path)
@@ -196,6 +200,10 @@ def load_study_config(path: str | Path, quick: bool = False, overrides: list[str
                 raise ConfigError("--quick: this config has no 'quick:' list of overrides")
             data = apply_overrides(data, list(profile))
         data = apply_overrides(data, overrides or [])
+        if "tasks" in data:
+            from .task_config import TaskStudyConfig
+
+            return from_dict(TaskStudyConfig, data).validate()
         return from_dict(StudyConfig, data).validate()
     except ConfigError as err:
         raise ConfigError(f"{path}: {err}") from None

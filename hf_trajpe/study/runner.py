@@ -83,7 +83,12 @@ def _experiment(cfg: StudyConfig, run: Run) -> dict:
     return experiment_config(cfg, run.name, run.options, run.seed, work).to_dict()
 
 
-def train_all(cfg: StudyConfig, runs: list[Run], blocks_path: Path, log) -> list[dict]:
+def train_all(cfg: StudyConfig, runs: list[Run], blocks_path: Path, log, experiment=None,
+              train_fn=train_run) -> list[dict]:
+    """Train the runs not done yet, ``workers`` at a time; returns every run's summary. ``experiment(cfg,
+    run)``: a run's experiment config as a dict (default: the content study's); ``train_fn``: what trains
+    one run (default: :func:`~hf_trajpe.study.train.train_run`)."""
+    experiment = experiment or _experiment
     todo = [r for r in runs if not r.done]
     done = [json.loads((r.folder / SUMMARY).read_text()) for r in runs if r.done]
     if done:
@@ -105,14 +110,14 @@ def train_all(cfg: StudyConfig, runs: list[Run], blocks_path: Path, log) -> list
         torch_threads = torch.get_num_threads()
         try:
             for i, run in enumerate(todo, 1):
-                summaries.append({**train_run(run, _experiment(cfg, run), *args), "_new": True})
+                summaries.append({**train_fn(run, experiment(cfg, run), *args), "_new": True})
                 report(i, summaries[-1])
         finally:
             torch.set_num_threads(torch_threads)
         return summaries
     ctx = multiprocessing.get_context("spawn")  # no forked torch thread pools
     with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
-        futures = [pool.submit(train_run, run, _experiment(cfg, run), *args) for run in todo]
+        futures = [pool.submit(train_fn, run, experiment(cfg, run), *args) for run in todo]
         try:
             for i, fut in enumerate(as_completed(futures), 1):
                 summaries.append({**fut.result(), "_new": True})
@@ -128,7 +133,12 @@ def run_study(cfg: StudyConfig, command: str | None = None, progress: bool = Tru
     """Train every run of ``cfg`` (reusing finished ones), evaluate, write the reports; returns their paths."""
     from ..evaluation import evaluate_models
     from .report import write_study_report
+    from .task_config import TaskStudyConfig
 
+    if isinstance(cfg, TaskStudyConfig):
+        from .task_runner import run_task_study
+
+        return run_task_study(cfg, command=command, progress=progress, log=log)
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     quiet_libraries()
     wall = time.perf_counter()

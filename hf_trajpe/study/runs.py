@@ -41,7 +41,9 @@ def same_patch(saved: dict | None, options: dict | None) -> bool:
 
     if saved is None or options is None:
         return saved is None and options is None
-    want = PatchConfig(**options).to_dict()
+    # flat options as hf_trajpe.patch takes them (a scheme's own, e.g. cope's npos_max, beside the common ones)
+    want = (PatchConfig.from_options(**options) if hasattr(PatchConfig, "from_options")
+            else PatchConfig(**options)).to_dict()
     if want.get("sinusoid_scale") == "embeddings":
         want["sinusoid_scale"] = saved.get("sinusoid_scale")
     drop = ("version",)

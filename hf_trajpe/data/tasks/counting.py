@@ -1,0 +1,101 @@
+"""``counting``: the counting task of the CoPE paper (Golovneva et al. 2024, arXiv:2405.18719), in the format
+of its data generator (``projects/cope/scripts/count_data_gen.py`` in facebookresearch/RAM).
+
+A program of statements over ``variables`` variables (``a``, ``b``, ...), joined by spaces: ``a = 0 ;``
+(SET: a variable, existing or not, to 0), ``a ++;`` (INCREMENT an existing variable) and ``pass;`` (a
+dummy), drawn with weights 1 : 7 : ``pass_weight``. An INCREMENT needs a variable already set and
+never takes it past 10; a statement that cannot be made is drawn again, a program with no variable set
+is drawn again (with a new length), as in the reference. Then ``print <var>`` of a variable that was
+set, and its value, the answer::
+
+    pass; pass; b = 0 ; pass; b ++; pass; pass; b ++; pass; print b 2
+
+The reference draws the number of statements from 3 to 512 with ``pass_weight`` 50; here from 3 to
+``max_steps`` (16 by default, at most 117 characters) in distribution, and ``test_ood`` draws longer
+programs, ``max_steps + 1`` to ``2 * max_steps`` statements. At 16 statements the reference's weight
+50 leaves about two increments per program (59% of answers are 0, and only 1,616 of 3,000 programs
+drawn are distinct), so the CPU default is ``pass_weight`` 10 (answers 0 to 10, the commonest 28%);
+``pass_weight=50`` gives the reference's mix.
+"""
+
+from __future__ import annotations
+
+import random
+import string
+from functools import partial
+
+from .registry import Task, register_task, task_splits
+
+__all__ = ["MAX_VALUE", "REFERENCE_WEIGHTS", "generate"]
+
+MAX_VALUE = 10
+REFERENCE_WEIGHTS = {"set": 1, "pass": 50, "increment": 7}  # the reference's OP_WEIGHTS (SET, DUMMY, INCREMENT)
+DEFAULTS = {"variables": 3, "min_steps": 3, "max_steps": 16, "ood_min_steps": None, "ood_max_steps": None,
+            "pass_weight": 10}
+
+
+class _Fail(Exception):
+    pass
+
+
+def _statement(rng: random.Random, names: str, state: dict[str, int], weights: dict[str, float]) -> str:
+    for _ in range(100):
+        op = rng.choices(list(weights), list(weights.values()))[0]
+        if op == "set":
+            var = rng.choice(names)
+            state[var] = 0
+            return f"{var} = 0 ;"
+        if op == "pass":
+            return "pass;"
+        if not state:
+            continue
+        var = rng.choice(list(state))
+        if state[var] + 1 > MAX_VALUE:
+            continue
+        state[var] += 1
+        return f"{var} ++;"
+    raise RuntimeError("counting: could not draw a statement in 100 tries")
+
+
+def generate(rng: random.Random, variables: int, min_steps: int, max_steps: int,
+             pass_weight: float = REFERENCE_WEIGHTS["pass"]) -> tuple[str, list[list[int]], str]:
+    if not 1 <= variables <= 26 or not 1 <= min_steps <= max_steps or not pass_weight >= 0:
+        raise ValueError(f"counting needs 1-26 variables, 1 <= min_steps <= max_steps and pass_weight >= 0, got "
+                         f"{variables}, {min_steps}, {max_steps}, {pass_weight}")
+    names = string.ascii_lowercase[:variables]
+    weights = {**REFERENCE_WEIGHTS, "pass": pass_weight}
+    for _ in range(1000):
+        steps = rng.randint(min_steps, max_steps)
+        state: dict[str, int] = {}
+        context = [_statement(rng, names, state, weights) for _ in range(steps)]
+        if not state:
+            continue  # print needs a variable that was set: the reference draws the program again
+        var = rng.choice(list(state))
+        answer = str(state[var])
+        text = " ".join(context) + f" print {var} {answer}"
+        return (text, [[len(text) - len(answer), len(text)]],
+                f"generated:counting/variables={variables}/steps={steps}")
+    raise RuntimeError("counting: no program with a variable set in 1000 tries")
+
+
+def make_splits(sizes, seed, variables, min_steps, max_steps, ood_min_steps, ood_max_steps, pass_weight):
+    ood_lo = max_steps + 1 if ood_min_steps is None else ood_min_steps
+    ood_hi = 2 * max_steps if ood_max_steps is None else ood_max_steps
+    gen = partial(generate, variables=variables, pass_weight=pass_weight)
+    return task_splits("counting", {
+        "test": partial(gen, min_steps=min_steps, max_steps=max_steps),
+        "test_ood": partial(gen, min_steps=ood_lo, max_steps=ood_hi),
+        "train": partial(gen, min_steps=min_steps, max_steps=max_steps),
+    }, sizes, seed)
+
+
+register_task(Task(
+    name="counting",
+    description="SET/INCREMENT/pass programs over a few variables; answer: the printed variable's value",
+    paper="Golovneva et al. 2024, Contextual Position Encoding (arXiv:2405.18719), counting task; format of "
+          "facebookresearch/RAM projects/cope/scripts/count_data_gen.py",
+    test_splits={"test": "3 to max_steps statements, in distribution",
+                 "test_ood": "max_steps + 1 to 2 x max_steps statements: longer programs"},
+    make_splits=make_splits,
+    defaults=DEFAULTS,
+))

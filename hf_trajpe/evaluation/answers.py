@@ -1,0 +1,154 @@
+"""Exact-match scoring of tasks with known answers (docs/tasks.md), for causal language models.
+
+A row has ``text`` and ``answer_spans`` (character spans, :mod:`hf_trajpe.data.tasks`); it is tokenized
+with its answer-token mask (:func:`hf_trajpe.data.tasks.encode_rows`) and run once through the model
+(teacher forcing: the gold text is the input). An answer token is right when the arg-max of the logits at
+the position before it is that token; an example is an exact match when all its answer tokens are right.
+
+- :func:`exact_match`: per-example exact match and answer-token accuracy of one model on one split, with
+  95% percentile bootstrap intervals over examples (:func:`~hf_trajpe.evaluation.bootstrap.bootstrap_ci`).
+- :func:`accuracy_intervals`: the mean over training seeds of a per-example score, with intervals over
+  examples (the same resampled examples for every seed), over seeds, and over both (seeds, then examples).
+- :func:`paired_difference`: the same for the difference between two models on the same examples.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .bootstrap import bootstrap_ci, percentile_interval
+from .scoring import _texts_for, detect_mode
+
+__all__ = ["AnswerScores", "accuracy_intervals", "exact_match", "paired_difference"]
+
+
+@dataclass
+class AnswerScores:
+    """Per example: ``exact`` (all answer tokens right), ``correct`` and ``count`` (answer tokens);
+    ``metrics``: ``exact_match`` and ``token_accuracy`` (fractions) with their intervals."""
+
+    exact: np.ndarray
+    correct: np.ndarray
+    count: np.ndarray
+    metrics: dict
+
+    def summary(self) -> dict:
+        return {**self.metrics, "n_examples": int(len(self.exact)), "n_answer_tokens": int(self.count.sum())}
+
+
+def _encode(split, tokenizer):
+    from ..data.tasks import encode_rows
+
+    if hasattr(split, "column_names"):
+        texts, spans = list(split["text"]), list(split["answer_spans"])
+    else:
+        texts, spans = [r["text"] for r in split], [r["answer_spans"] for r in split]
+    return encode_rows(texts, spans, tokenizer)
+
+
+@torch.no_grad()
+def exact_match(model, dataset_split, tokenizer, batch_size: int = 16, n_resamples: int = 2000,
+                level: float = 0.95, seed: int = 0, progress=None) -> AnswerScores:
+    """Score ``model`` on the rows of ``dataset_split`` (a ``datasets.Dataset`` or a list of rows with
+    ``text`` and ``answer_spans``). Rows are right-padded into batches of ``batch_size`` with an attention
+    mask. Causal language models only: a masked-LM head raises ``ValueError``."""
+    if detect_mode(model) != "clm":
+        raise ValueError("exact-match scoring of answers needs a causal language model (next-token logits)")
+    encoded = _encode(dataset_split, tokenizer)
+    if not encoded:
+        raise ValueError("no examples to score")
+    if any(not any(mask) for _, mask in encoded):
+        raise ValueError("every example needs at least one answer token")
+    if any(mask[0] for _, mask in encoded):
+        raise ValueError("an answer cannot start at the first token (nothing precedes it to predict it)")
+    model.eval()
+    device = next(model.parameters()).device
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    exact, correct, count = [], [], []
+    for start in range(0, len(encoded), batch_size):
+        chunk = encoded[start:start + batch_size]
+        width = max(len(ids) for ids, _ in chunk)
+        ids = torch.full((len(chunk), width), pad, dtype=torch.long)
+        attention = torch.zeros((len(chunk), width), dtype=torch.long)
+        answer = torch.zeros((len(chunk), width), dtype=torch.bool)
+        for row, (row_ids, mask) in enumerate(chunk):
+            ids[row, :len(row_ids)] = torch.tensor(row_ids)
+            attention[row, :len(row_ids)] = 1
+            answer[row, :len(mask)] = torch.tensor(mask)
+        with _texts_for(model, tokenizer, ids):
+            logits = model(input_ids=ids.to(device), attention_mask=attention.to(device)).logits
+        predicted = logits[:, :-1].argmax(-1).cpu()  # the prediction of token t sits at t - 1
+        target, scored = ids[:, 1:], answer[:, 1:]
+        hits = (predicted == target) & scored
+        n = scored.sum(1)
+        correct.append(hits.sum(1).numpy())
+        count.append(n.numpy())
+        exact.append((hits.sum(1) == n).numpy())
+        if progress is not None:
+            progress(len(chunk))
+    exact_a, correct_a, count_a = np.concatenate(exact), np.concatenate(correct), np.concatenate(count)
+    token = correct_a.sum() / count_a.sum()
+    ratio = lambda v: v[:, 0].sum() / v[:, 1].sum()  # noqa: E731  (token accuracy of resampled examples)
+    metrics = {"exact_match": float(exact_a.mean()),
+               "exact_match_ci": bootstrap_ci(exact_a.astype(np.float64), n_resamples=n_resamples, level=level,
+                                              seed=seed),
+               "token_accuracy": float(token),
+               "token_accuracy_ci": bootstrap_ci(np.stack([correct_a, count_a], 1), ratio, n_resamples, level, seed),
+               "level": level, "n_resamples": n_resamples}
+    return AnswerScores(exact_a.astype(bool), correct_a.astype(np.int64), count_a.astype(np.int64), metrics)
+
+
+def _rates(values: np.ndarray, weights: np.ndarray, seed_idx: np.ndarray | None) -> np.ndarray:
+    """``[R]`` means over seeds of per-seed weighted means: ``values [S, N]``, example weights ``[R, N]``."""
+    per_seed = (weights @ values.T) / weights.sum(1, keepdims=True)  # [R, S]
+    if seed_idx is None:
+        return per_seed.mean(1)
+    return np.take_along_axis(per_seed, seed_idx, axis=1).mean(1)
+
+
+def _draws(n: int, seeds: int, n_resamples: int, rng: np.random.Generator):
+    weights = np.stack([np.bincount(rng.integers(0, n, n), minlength=n) for _ in range(n_resamples)])
+    return weights.astype(np.float64), rng.integers(0, seeds, (n_resamples, seeds))
+
+
+def accuracy_intervals(values, n_resamples: int = 2000, level: float = 0.95, seed: int = 0) -> dict:
+    """``values``: ``[S, N]`` per-example scores (e.g. exact match 0/1) of ``S`` training seeds on the same
+    ``N`` examples. Returns the mean over seeds of the mean over examples (``mean``), its intervals over
+    examples (``ci_examples``), over seeds (``ci_seeds``, None with one seed) and over both (``ci``: seeds,
+    then examples; equal to ``ci_examples`` with one seed), and the per-seed means (``per_seed``)."""
+    v = np.atleast_2d(np.asarray(values, dtype=np.float64))
+    s, n = v.shape
+    rng = np.random.default_rng(seed)
+    ones = np.ones((1, n))
+    out = {"mean": float(v.mean()), "per_seed": [float(x) for x in v.mean(1)], "seeds": s, "n_examples": n,
+           "level": level, "n_resamples": n_resamples}
+    w, picks = _draws(n, s, n_resamples, rng)
+    out["ci_examples"] = percentile_interval(_rates(v, w, None), level)
+    if s > 1:
+        out["ci_seeds"] = percentile_interval(_rates(v, np.repeat(ones, n_resamples, 0), picks), level)
+        out["ci"] = percentile_interval(_rates(v, w, picks), level)
+    else:
+        out["ci_seeds"], out["ci"] = None, out["ci_examples"]
+    return out
+
+
+def paired_difference(base, other, n_resamples: int = 2000, level: float = 0.95, seed: int = 0) -> dict:
+    """``mean(other) - mean(base)`` of two ``[S, N]`` per-example scores on the same ``N`` examples (each
+    averaged over its own seeds), with intervals: ``ci`` resamples examples (paired: the same for both)
+    and each model's seeds independently, ``ci_examples`` examples only."""
+    b = np.atleast_2d(np.asarray(base, dtype=np.float64))
+    o = np.atleast_2d(np.asarray(other, dtype=np.float64))
+    if b.shape[1] != o.shape[1]:
+        raise ValueError(f"the two models were scored on different examples: {b.shape} vs {o.shape}")
+    rng = np.random.default_rng(seed)
+    w, pick_b = _draws(b.shape[1], b.shape[0], n_resamples, rng)
+    pick_o = rng.integers(0, o.shape[0], (n_resamples, o.shape[0]))
+    out = {"difference": float(o.mean() - b.mean()), "level": level, "n_resamples": n_resamples,
+           "ci_examples": percentile_interval(_rates(o, w, None) - _rates(b, w, None), level)}
+    several = b.shape[0] > 1 or o.shape[0] > 1
+    out["ci"] = (percentile_interval(_rates(o, w, pick_o) - _rates(b, w, pick_b), level) if several
+                 else out["ci_examples"])
+    return out

@@ -1,0 +1,155 @@
+"""``run_task_study``: the study on tasks with known answers (docs/tasks.md). Per task: the data (built
+once under ``output_dir/data/<task>``), one model per (encoding, seed) trained on the task's train split by
+the content study's ``train_all``/``train_run`` through :mod:`hf_trajpe.training` (:mod:`.task_train`), then
+exact-match accuracy on every test split (in distribution and out of distribution) with 95% intervals
+over examples and over seeds (:mod:`hf_trajpe.evaluation.answers`), and the reports (:mod:`.task_report`).
+
+Finished models are kept under ``output_dir/models/<task>`` and reused when the study runs again with the
+same model, data, task and training settings.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import sys
+import time
+from functools import partial
+from pathlib import Path
+
+import torch
+
+from .config import patch_options
+from .runner import _check_output_dir, package_versions, train_all
+from .runs import Run
+from .task_config import TaskStudyConfig, task_experiment
+from .task_train import split_flags, task_trainer, training_rows
+from .train import quiet_libraries, train_run
+
+__all__ = ["evaluate_task", "prepare_task", "run_task_study"]
+
+EVAL_ROWS = 8  # validation rows the trainer scores at the end (its logged evaluation)
+
+
+def prepare_task(cfg: TaskStudyConfig, task: str, out: Path, tokenizer, log):
+    """The task's ``DatasetDict`` (saved under ``out/data/<task>``, reloaded when present) and its training
+    rows (``train_blocks.pt`` beside it). Returns ``(dataset, blocks_path, training length)``."""
+    import datasets
+
+    from ..data.tasks import build_task, encode_rows
+
+    folder = out / "data" / task
+    if (folder / "dataset_dict.json").exists():
+        dd = datasets.load_from_disk(str(folder))
+    else:
+        log(f"{task}: building {cfg.data.train} train, {cfg.data.validation} validation and {cfg.data.test} "
+            "examples per test split")
+        dd = build_task(task, train=cfg.data.train, validation=cfg.data.validation, test=cfg.data.test,
+                        seed=cfg.data.seed, **(cfg.tasks[task] or {}))
+        quiet = datasets.utils.are_progress_bars_disabled()
+        datasets.disable_progress_bars()
+        try:
+            dd.save_to_disk(str(folder))
+        finally:
+            if not quiet:
+                datasets.enable_progress_bars()
+    blocks_path = folder / "train_blocks.pt"
+    if blocks_path.exists():
+        length = int(torch.load(blocks_path, weights_only=True)["train"].shape[1])
+    else:
+        train = encode_rows(dd["train"]["text"], dd["train"]["answer_spans"], tokenizer)
+        length = max(len(ids) for ids, _ in train)
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        val = encode_rows(dd["validation"]["text"][:EVAL_ROWS], dd["validation"]["answer_spans"][:EVAL_ROWS], tokenizer)
+        val = [(ids[:length], mask[:length]) for ids, mask in val]
+        torch.save({"task": task, "train": training_rows(train, length, pad, cfg.data.loss),
+                    "eval": split_flags(training_rows(val, length, pad))[0]}, blocks_path)
+        log(f"{task}: {len(train)} training rows of {length} tokens (loss on {cfg.data.loss})")
+    return dd, blocks_path, length
+
+
+def _experiment(cfg: TaskStudyConfig, run: Run, task: str, length: int) -> dict:
+    work = run.folder.with_name(run.folder.name + ".tmp")
+    return task_experiment(cfg, task, run.name, run.options, run.seed, work, block_size=length).to_dict()
+
+
+def evaluate_task(cfg: TaskStudyConfig, task: str, dd, runs: list[Run], tokenizer, length: int,
+                  progress: bool = True) -> dict:
+    """``{encoding: {split: [AnswerScores per seed] | "skipped: why"}}`` on every test split of the task.
+    ``eval.batch_size`` rows of the training ``length`` per batch: a split of longer rows gets fewer rows
+    per batch, the same number of tokens (attention memory grows with the square of the length)."""
+    from tqdm.auto import tqdm
+
+    from ..data.tasks import get_task
+    from ..evaluation import load_model
+    from ..evaluation.answers import exact_match
+
+    splits = list(get_task(task).test_splits)
+    out: dict = {}
+    bar = tqdm(total=len(runs) * len(splits) * cfg.data.test, desc=f"{task}: exact match", unit="ex",
+               disable=not progress)
+    for run in runs:
+        model = load_model(str(run.folder))
+        cells = out.setdefault(run.name, {s: [] for s in splits})
+        for split in splits:
+            if isinstance(cells[split], str):
+                bar.update(dd[split].num_rows)
+                continue
+            longest = max(len(t) for t in dd[split]["text"])
+            rows = max(1, cfg.eval.batch_size * length // max(longest, length))
+            try:
+                cells[split].append(exact_match(model, dd[split], tokenizer, batch_size=rows,
+                                                n_resamples=cfg.eval.n_resamples, level=cfg.eval.level,
+                                                progress=bar.update))
+            except (IndexError, RuntimeError, ValueError) as err:  # e.g. a learned position table too short
+                cells[split] = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
+        del model
+        gc.collect()
+    bar.close()
+    return out
+
+
+def run_task_study(cfg: TaskStudyConfig, command: str | None = None, progress: bool = True, log=None) -> dict:
+    """Train every (task, encoding, seed) of ``cfg`` (reusing finished ones), score, write the reports."""
+    from ..data import load_tokenizer
+    from .task_report import write_task_report
+
+    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    quiet_libraries()
+    wall = time.perf_counter()
+    out = Path(cfg.output_dir)
+    _check_output_dir(cfg, out)
+    tokenizer = load_tokenizer(cfg.tokenizer)
+    skipped = cfg.unavailable()
+    for name, why in skipped.items():
+        log(f"skipping encoding {name}: {why}")
+    encodings = cfg.available_encodings()
+    results, summaries, timing = {}, [], {"tasks": {}}
+    for task in cfg.tasks:
+        t0 = time.perf_counter()
+        dd, blocks_path, length = prepare_task(cfg, task, out, tokenizer, log)
+        runs = [Run(name, seed, patch_options(opts), out / "models" / task / f"{name}_s{seed}")
+                for name, opts in encodings.items() for seed in cfg.seeds]
+        t1 = time.perf_counter()
+        done = train_all(cfg, runs, blocks_path, lambda m, t=task: log(f"{t}: {m}"),
+                         experiment=partial(_experiment, task=task, length=length),
+                         train_fn=partial(train_run, trainer_factory=task_trainer))
+        t2 = time.perf_counter()
+        new = sum(1 for s in done if s.pop("_new", False))
+        if new:
+            with open(out / "training_sessions.jsonl", "a") as fh:
+                fh.write(json.dumps({"task": task, "models": new, "workers": cfg.workers,
+                                     "wall_seconds": t2 - t1}) + "\n")
+        summaries += [{"task": task, **s} for s in done]
+        log(f"{task}: scoring {len(runs)} models on the test splits")
+        results[task] = {"scores": evaluate_task(cfg, task, dd, runs, tokenizer, length, progress), "length": length,
+                         "lengths": {s: _mean_length(dd[s]) for s in dd}}
+        timing["tasks"][task] = {"data_seconds": t1 - t0, "train_wall_seconds": t2 - t1, "new_models": new,
+                                 "eval_wall_seconds": time.perf_counter() - t2}
+    timing["total_wall_seconds"] = time.perf_counter() - wall
+    return write_task_report(cfg, results, summaries, skipped, timing, package_versions(), command)
+
+
+def _mean_length(split) -> float:
+    texts = split["text"]
+    return sum(map(len, texts)) / max(1, len(texts))

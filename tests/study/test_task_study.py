@@ -1,0 +1,82 @@
+"""The task study: its config (a study config with a ``tasks:`` section, optional encodings), the
+answer-loss flags of its training rows, and a minuscule study that trains, scores, reports, records a
+length the model cannot run, and is resumed without training again."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hf_trajpe.study import load_study_config, run_study
+from hf_trajpe.study.task_config import TaskStudyConfig
+from hf_trajpe.study.task_train import split_flags, training_rows
+from hf_trajpe.training.config import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+TASKS = str(ROOT / "configs" / "study" / "tasks.yaml")
+MISSING = "{encoding: not_in_this_install}"  # an encoding no install has: what cope is where it is absent
+
+
+def test_task_config_lists_the_tasks_and_encodings_and_skips_optional_missing_ones():
+    cfg = load_study_config(TASKS)
+    assert isinstance(cfg, TaskStudyConfig) and list(cfg.tasks) == ["flip_flop", "selective_copy", "counting",
+                                                                     "passkey"]
+    assert {"learned", "sinusoidal", "rope", "alibi", "none", "trajectory_rope", "trajectory_rope_learnable",
+            "trajectory_alibi", "trajectory_alibi_learnable", "cope"} == set(cfg.encodings)
+    assert cfg.encodings["cope"]["encoding"] == "cope" and "cope" in cfg.optional_encodings
+    quick = load_study_config(TASKS, quick=True)
+    assert quick.seeds == [0] and quick.train.steps < cfg.train.steps and quick.output_dir != cfg.output_dir
+    other = load_study_config(TASKS, overrides=[f"encodings.future={MISSING}", "optional_encodings=[future]"])
+    assert "future" in other.unavailable() and "future" not in other.available_encodings()
+    with pytest.raises(ConfigError, match="encodings.future: unknown encoding"):
+        load_study_config(TASKS, overrides=[f"encodings.future={MISSING}"])
+    with pytest.raises(ConfigError, match="tasks.flipflop: unknown task"):
+        load_study_config(TASKS, overrides=["tasks={flipflop: {}}"])
+    with pytest.raises(ConfigError, match="tasks.passkey: task passkey: unknown option"):
+        load_study_config(TASKS, overrides=["tasks.passkey={lenght: 64}"])
+    with pytest.raises(ConfigError, match="data.loss"):
+        load_study_config(TASKS, overrides=["data.loss=answer"])
+
+
+def test_training_rows_carry_the_loss_on_the_answer_tokens_only():
+    encoded = [([5, 6, 7, 8], [False, False, True, True]), ([9, 6], [False, True])]
+    ids, labels = split_flags(training_rows(encoded, 5, pad_id=0))
+    assert ids.tolist() == [[5, 6, 7, 8, 0], [9, 6, 0, 0, 0]]
+    assert labels.tolist() == [[-100, -100, 7, 8, -100], [-100, 6, -100, -100, -100]]
+    _, every = split_flags(training_rows(encoded, 5, pad_id=0, loss="all"))
+    assert every.tolist() == [[-100, 6, 7, 8, -100], [-100, 6, -100, -100, -100]]
+    with pytest.raises(ValueError, match="more than the training length"):
+        training_rows(encoded, 3, pad_id=0)
+
+
+def test_tiny_task_study_end_to_end_and_resume(tmp_path):
+    overrides = [f"output_dir={tmp_path / 'runs'}", f"report_dir={tmp_path / 'report'}", "workers=1", "seeds=[0]",
+                 "model.n_layer=1", "model.n_embd=16", "model.n_head=2", "model.n_positions=32", "train.steps=2",
+                 "train.warmup_steps=1", "train.log_every=1", "data.train=8", "data.validation=2", "data.test=6",
+                 "eval.n_resamples=20", "eval.batch_size=4",
+                 # the sparse split (3 symbols among 40 blanks: 47 tokens) is longer than the 32 learned positions
+                 "tasks={selective_copy: {tokens: 3, blanks: 3, blanks_sparse: 40, blanks_dense: 1}}",
+                 f"encodings={{learned: {{encoding: native}}, future: {MISSING}}}", "optional_encodings=[future]"]
+    cfg = load_study_config(TASKS, overrides=overrides)
+    paths = run_study(cfg, command="test", progress=False, log=lambda m: None)
+    study = json.loads(paths["study_json"].read_text())
+    results = study["tasks"]["selective_copy"]["results"]["learned"]
+    assert set(results) == {"test", "test_ood_sparse", "test_ood_dense"}
+    for split in ("test", "test_ood_dense"):
+        em = results[split]["exact_match"]
+        assert 0 <= em["mean"] <= 1 and em["n_examples"] == 6 and em["ci"][0] <= em["mean"] <= em["ci"][1]
+    assert results["test_ood_sparse"]["skipped"].startswith("IndexError")
+    assert study["skipped_encodings"].keys() == {"future"} and len(study["training"]) == 1
+    assert study["tasks"]["selective_copy"]["training_length"] == 10
+    md = paths["study_md"].read_text()
+    assert "## selective_copy" in md and "| `learned` |" in md and "skipped encoding `future`" in md
+    folder = tmp_path / "runs" / "models" / "selective_copy" / "learned_s0"
+    assert (folder / "experiment.yaml").is_file() and (folder / "train_summary.json").is_file()
+
+    # run again: the model is reused, nothing trains, the report is rewritten
+    before = (folder / "model.safetensors").stat().st_mtime_ns
+    run_study(cfg, command="test", progress=False, log=lambda m: None)
+    assert (folder / "model.safetensors").stat().st_mtime_ns == before
+    assert len((tmp_path / "runs" / "training_sessions.jsonl").read_text().splitlines()) == 1
