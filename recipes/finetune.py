@@ -3,10 +3,12 @@
     accelerate launch --config_file configs/accelerate/cpu.yaml recipes/finetune.py \
         --config configs/experiments/tiny_trajectory.yaml [key=value ...] [--resume]
 
-The shape of a torchtune recipe: setup, train, save, cleanup; the logic is in hf_trajpe.training.
-Exit status: 0 when the run is done (or stopped by train.stop_after), 2 for a bad config, path or run
-folder, 143 (SIGTERM, or the launcher's exit) and 130 (SIGINT) for a stop by signal with a checkpoint.
-See docs/finetune.md.
+The shape of a torchtune recipe: setup, train, save, report, cleanup; the logic is in hf_trajpe.training.
+At the end it prints a summary (steps, losses, the last evaluation per content type, where the model,
+checkpoint and logs are) whose last line says why the run stopped and the exit status.
+Exit status: 0 when the run is done (or stopped by train.stop_after), 2 for a bad config, path, run
+folder or a missing package (gguf for a .gguf model, peft for model.lora), 143 (SIGTERM, or the
+launcher's exit) and 130 (SIGINT) for a stop by signal with a checkpoint. See docs/finetune.md.
 """
 
 from __future__ import annotations
@@ -39,13 +41,14 @@ def main(argv=None) -> int:
     try:
         cfg = load_config(args.config, args.overrides)  # fails before anything is built or trained
         trainer = Trainer(cfg, resume=args.resume, watch_parent=launcher_pid(PARENT_PID)).setup()
-    except (ConfigError, RunFileError, FileNotFoundError, FileExistsError) as err:
-        print(f"error: {err}", file=sys.stderr)
+    except (ConfigError, RunFileError, FileNotFoundError, FileExistsError, ImportError) as err:
+        print(f"error: {err}", file=sys.stderr)  # ImportError: a package the config needs (gguf, peft)
         return 2
     try:
-        reason = trainer.train()
+        reason = trainer.train()  # a stopped run is evaluated after its checkpoint
         if reason == "done":
             trainer.save_final()
+        trainer.report()  # the summary; its last line says why the run stopped and the exit status
     finally:
         trainer.cleanup()
     return exit_status(reason)

@@ -97,7 +97,8 @@ def write_readme_block(path: str, rows: dict) -> None:
     if start not in text or end not in text:
         return
     green = sorted({r["model_type"] for r in rows.values() if _green(r)})
-    block = f"{start}\n**{len(green)} model types**: " + ", ".join(f"`{t}`" for t in green) + f".\n{end}"
+    block = (f"{start}\n**{len(green)} model types** (with their default configs; see docs/support.md): "
+             + ", ".join(f"`{t}`" for t in green) + f".\n{end}")
     text = text[: text.index(start)] + block + text[text.index(end) + len(end):]
     with open(path, "w", encoding="utf-8") as fh:
         fh.write(text)
@@ -142,7 +143,10 @@ def write_markdown(path: str, rows: dict, elapsed: float, checks) -> None:
            "- `reload`: `save_pretrained` + `hf_trajpe.from_pretrained` give the same logits exactly;",
            "- `unpatch`: the stock logits come back exactly.", "",
            f"**{len(green)} model types green** (every allowed encoding passed every check), "
-           f"{len(partial)} partly green, {len(refused)} not patched (the reason is given).", "",
+           f"{len(partial)} partly green, {len(refused)} not patched (the reason is given). Each model type is "
+           "checked with its default config, shrunk: a checkpoint whose config turns on other position machinery "
+           "(DeBERTa-v3's `relative_attention`, a `dynamic` rotary type) is refused when patched, with the reason.",
+           "",
            "## Green", "", "| task | model type | encodings |", "|---|---|---|"]
     for r in sorted(green, key=lambda r: (r["model_type"], r["task"])):
         out.append(f"| {r['task']} | `{r['model_type']}` | {', '.join(c['encoding'] for c in r['cells'])} |")

@@ -140,11 +140,17 @@ def content_type(text: str) -> str:
 
 
 def named_model_dir(text: str) -> str:
-    """``NAME=PATH`` with PATH an existing local model folder."""
+    """``NAME=PATH`` with PATH an existing local model folder or ``.gguf`` file (``hf_trajpe.loading``)."""
+    from ..loading import PACKAGE_PREFIX, SourceError, resolve_source  # standard library only
+
     name, sep, path = text.partition("=")
     if not sep or not name or not path:
         raise Error(f"{text!r} is not NAME=PATH; write e.g. rope=runs/rope_s0")
-    if not Path(path).is_dir():
-        raise Error(f"{text!r}: no model folder at {path!r} (a folder written by save_pretrained; "
-                    f"relative paths start from {Path.cwd()})")
+    try:
+        resolve_source(path, "model")
+    except SourceError as err:
+        if path.startswith(PACKAGE_PREFIX) or Path(path).expanduser().exists():
+            raise Error(f"{text!r}: {err}") from None
+        raise Error(f"{text!r}: no model folder at {path!r} (a folder written by save_pretrained, or a .gguf "
+                    f"file; relative paths start from {Path.cwd()})") from None
     return text

