@@ -98,17 +98,7 @@ class StudyConfig:
             for n in (traj, base):
                 if n not in self.encodings:
                     raise ConfigError(f"trajectory_pairs: {n!r} is not one of the encodings {list(self.encodings)}")
-        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
-            raise ConfigError(f"seeds: a non-empty list of distinct integers, got {self.seeds}")
-        check_transformers_config(self.model, "model")
-        if self.workers < 1:
-            raise ConfigError(f"workers must be >= 1, got {self.workers}")
-        for key in ("steps", "batch_size", "log_every"):
-            if getattr(self.train, key) < 1:
-                raise ConfigError(f"train.{key} must be >= 1, got {getattr(self.train, key)}")
-        if not self.train.lr > 0 or self.train.warmup_steps < 0:
-            raise ConfigError(f"train: lr must be > 0 and warmup_steps >= 0, got {self.train.lr} and "
-                              f"{self.train.warmup_steps}")
+        check_training_sections(self)
         if self.eval.max_sequences < 1 or not self.eval.length_multipliers:
             raise ConfigError("eval: max_sequences >= 1 and at least one length multiplier are needed")
         if self.sweep is not None:
@@ -139,6 +129,21 @@ class StudyConfig:
         d = self.to_dict()
         keep = {k: d[k] for k in ("model", "tokenizer", "data", "train")}
         return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def check_training_sections(cfg) -> None:
+    """The checks a study config's seeds, model, workers and train sections share (content and task studies)."""
+    if not cfg.seeds or len(set(cfg.seeds)) != len(cfg.seeds):
+        raise ConfigError(f"seeds: a non-empty list of distinct integers, got {cfg.seeds}")
+    check_transformers_config(cfg.model, "model")
+    if cfg.workers < 1:
+        raise ConfigError(f"workers must be >= 1, got {cfg.workers}")
+    for key in ("steps", "batch_size", "log_every"):
+        if getattr(cfg.train, key) < 1:
+            raise ConfigError(f"train.{key} must be >= 1, got {getattr(cfg.train, key)}")
+    if not cfg.train.lr > 0 or cfg.train.warmup_steps < 0:
+        raise ConfigError(f"train: lr must be > 0 and warmup_steps >= 0, got {cfg.train.lr} and "
+                          f"{cfg.train.warmup_steps}")
 
 
 def patch_options(opts: dict) -> dict | None:

@@ -127,7 +127,7 @@ def write_study_report(cfg: StudyConfig, result: EvaluationResult, summaries: li
             "random_control": control or {},
             "training": sorted(summaries, key=lambda s: (s["name"], s["seed"]))}
     paths["study_json"] = out / "study.json"
-    paths["study_json"].write_text(json.dumps(data, indent=2, default=_default) + "\n")
+    paths["study_json"].write_text(json.dumps(data, indent=2, default=json_default) + "\n")
     paths["study_md"] = out / "study.md"
     paths["study_md"].write_text(_markdown(cfg, main, effect, sweep, best, sweep_map, rows, summaries, timing,
                                            versions, command, training, control or {}))
@@ -153,7 +153,8 @@ def _str_keys(d: dict) -> dict:
             for k, v in d.items()}
 
 
-def _default(x):
+def json_default(x):
+    """``json.dumps`` default for report data: NumPy scalars as numbers, tuples as lists, else text."""
     if isinstance(x, (np.floating, np.integer)):
         return x.item()
     if isinstance(x, tuple):

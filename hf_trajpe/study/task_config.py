@@ -17,8 +17,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..training.config import ConfigError, ExperimentConfig, check_transformers_config
-from .config import StudyTrain, experiment_config, patch_options
+from ..training.config import ConfigError, ExperimentConfig
+from .config import StudyTrain, check_training_sections, experiment_config, patch_options
 from .task_train import LOSSES
 
 __all__ = ["TaskData", "TaskEval", "TaskStudyConfig", "patch_config", "task_experiment"]
@@ -94,17 +94,7 @@ class TaskStudyConfig:
                 raise ConfigError(f"encodings.{name}: {err}") from None
         if self.baseline not in available:
             raise ConfigError(f"baseline {self.baseline!r} is not one of the available encodings {list(available)}")
-        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
-            raise ConfigError(f"seeds: a non-empty list of distinct integers, got {self.seeds}")
-        check_transformers_config(self.model, "model")
-        if self.workers < 1:
-            raise ConfigError(f"workers must be >= 1, got {self.workers}")
-        for key in ("steps", "batch_size", "log_every"):
-            if getattr(self.train, key) < 1:
-                raise ConfigError(f"train.{key} must be >= 1, got {getattr(self.train, key)}")
-        if not self.train.lr > 0 or self.train.warmup_steps < 0:
-            raise ConfigError(f"train: lr must be > 0 and warmup_steps >= 0, got {self.train.lr} and "
-                              f"{self.train.warmup_steps}")
+        check_training_sections(self)
         for key in ("train", "validation", "test"):
             if getattr(self.data, key) < 1:
                 raise ConfigError(f"data.{key} must be >= 1, got {getattr(self.data, key)}")

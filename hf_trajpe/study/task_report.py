@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from ..evaluation.answers import accuracy_intervals, paired_difference
+from .report import json_default
 from .task_config import TaskStudyConfig
 
 __all__ = ["aggregate_task", "write_task_report"]
@@ -136,14 +137,6 @@ def _markdown(cfg, aggregated, results, summaries, skipped, timing, versions, co
     return "\n".join(lines)
 
 
-def _default(x):
-    if isinstance(x, (np.floating, np.integer)):
-        return x.item()
-    if isinstance(x, tuple):
-        return list(x)
-    return str(x)
-
-
 def write_task_report(cfg: TaskStudyConfig, results: dict, summaries: list[dict], skipped: dict, timing: dict,
                       versions: dict, command: str | None) -> dict[str, Path]:
     """``tasks.json`` and ``tasks.md`` in ``cfg.report_dir``; returns their paths (``study_json``, ``study_md``)."""
@@ -156,7 +149,7 @@ def write_task_report(cfg: TaskStudyConfig, results: dict, summaries: list[dict]
                              "results": aggregated[task]} for task, r in results.items()},
             "training": sorted(summaries, key=lambda s: (s["task"], s["name"], s["seed"]))}
     paths = {"study_json": out / "tasks.json", "study_md": out / "tasks.md"}
-    paths["study_json"].write_text(json.dumps(data, indent=2, default=_default) + "\n")
+    paths["study_json"].write_text(json.dumps(data, indent=2, default=json_default) + "\n")
     paths["study_md"].write_text(_markdown(cfg, aggregated, results, summaries, skipped, timing, versions, command)
                                  + "\n")
     return paths
