@@ -65,6 +65,7 @@ def main(out_dir: str) -> None:
               "strength": strength, "raw_type": sharded}
     with open(os.path.join(out_dir, f"fsdp2_rank_{dist.get_rank()}.json"), "w") as fh:
         json.dump(result, fh)
+    dist.barrier()  # both ranks done with gloo before either tears it down (a teardown race can abort one)
     dist.destroy_process_group()
 
 
