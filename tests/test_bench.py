@@ -46,7 +46,7 @@ def _check_side_by_side(res, variants, keys):
 
 def test_model_decode_memory_alibi_structure(bench_all):
     result, _ = bench_all
-    gpt2 = ["native", "sinusoidal", "rope", "alibi", "none", "trajectory/learned", "trajectory/sinusoidal",
+    gpt2 = ["native", "sinusoidal", "rope", "alibi", "none", "cope", "trajectory/learned", "trajectory/sinusoidal",
             "trajectory/rope", "trajectory/alibi"]
     llama = [v for v in gpt2 if v != "trajectory/learned"]
     for family, variants in (("gpt2", gpt2), ("llama", llama)):

@@ -22,6 +22,7 @@ ENCODINGS: dict[str, tuple[str, dict]] = {
     "rope": ("rope", {}),
     "alibi": ("alibi", {}),
     "none": ("none", {}),
+    "cope": ("cope", {}),  # contextual positions (a comparator: no target, its cost beside the others)
     "trajectory/learned": ("trajectory", {"base": "learned"}),
     "trajectory/sinusoidal": ("trajectory", {"base": "sinusoidal"}),
     "trajectory/rope": ("trajectory", {"base": "rope"}),
