@@ -119,3 +119,21 @@ def load_run_tokenizer(m: ModelConfig):
     from ..data import load_tokenizer
 
     return load_tokenizer(resolve_tokenizer_path(m.tokenizer))
+
+
+def check_paths(cfg: ExperimentConfig) -> None:
+    """Raise ``FileNotFoundError`` with a clear message for a missing model, tokenizer or data path, and
+    ``ImportError`` saying what to install when a ``.gguf`` file cannot be read for want of ``gguf`` or
+    ``model.lora`` for want of ``peft``."""
+    from ..loading import require_gguf
+    if cfg.model.path is not None:
+        require_gguf(resolve_model_path(cfg.model.path), "model.path")
+    require_gguf(resolve_tokenizer_path(cfg.model.tokenizer), "model.tokenizer")
+    if cfg.model.lora is not None:
+        import importlib.util
+
+        if importlib.util.find_spec("peft") is None:
+            raise ImportError("model.lora needs peft: pip install 'hf_trajpe[models]' (or pip install peft)")
+    if cfg.data.path is not None and not Path(cfg.data.path).expanduser().is_dir():
+        raise FileNotFoundError(f"data.path {cfg.data.path!r} does not exist; build it with `hf-trajpe data build "
+                                f"--out {cfg.data.path}` or remove data.path to generate the data")

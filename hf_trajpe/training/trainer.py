@@ -27,7 +27,6 @@ one loop from one CPU process to DDP and FSDP on GPUs.
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import json
 import logging
@@ -42,46 +41,21 @@ from pathlib import Path
 import torch
 
 from ..evaluation.masking import lm_inputs
-from .checkpoint import find_resume, latest_checkpoint, read_trainer_state, save_checkpoint
+from .checkpoint import find_resume, read_trainer_state
 from .config import ExperimentConfig
 from .data import RunData, build_run_data, iterate_batches
 from .files import OutputLock, atomic_write_text, clean_leftovers
-from .model import build_model, is_lora, load_run_tokenizer
+from .model import build_model, check_paths, is_lora, load_run_tokenizer
 from .optimization import build_optimizer, build_scheduler
+from .reporting import RunReport, _TiedWeightsFilter, tied_names
+from .saving import RunSaving
+from .stopping import LAUNCHER_ENV, STOP_SIGNALS, StopControl, exit_status, launcher_pid
 
-__all__ = ["STOP_SIGNALS", "Trainer", "check_paths", "exit_status", "launcher_pid", "resolve_mixed_precision"]
+__all__ = ["LAUNCHER_ENV", "STOP_SIGNALS", "Trainer", "check_paths", "exit_status", "launcher_pid",
+           "resolve_mixed_precision"]
 
-PATCH_STATE_PREFIX = "hf_trajpe."  # the patch's submodule (model.hf_trajpe) in a model's state dict
-#: the signals that stop a run with a checkpoint
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-#: environment variables set by ``accelerate launch`` (every launcher) and torchrun in their children
-LAUNCHER_ENV = ("ACCELERATE_MIXED_PRECISION", "TORCHELASTIC_RUN_ID")
-PARENT_POLL_SECONDS = 0.2
 #: the logger of accelerate's "Removed shared tensor {...} while saving" (checkpoints of tied weights)
 SHARED_TENSOR_LOGGER = "accelerate.utils.other"
-
-
-def exit_status(reason: str) -> int:
-    """The process exit status for :meth:`Trainer.train`'s reason: 0 for ``done`` and ``stop_after``,
-    ``128 + signal number`` for a stop by signal (143 for SIGTERM, 130 for SIGINT), as a shell reports a
-    process killed by that signal."""
-    if reason in ("done", "stop_after"):
-        return 0
-    return 128 + int(getattr(signal, reason, signal.SIGTERM))
-
-
-def launcher_pid(parent: int | None = None) -> int | None:
-    """The pid of the launcher this process was started by, to pass as ``Trainer(watch_parent=...)``:
-    ``parent`` (default: ``os.getppid()``; best read at start-up) when ``accelerate launch`` or torchrun
-    started this process (they set ``ACCELERATE_MIXED_PRECISION`` / ``TORCHELASTIC_RUN_ID``), else None.
-    ``HF_TRAJPE_STOP_WITH_PARENT=1`` watches any parent, ``=0`` none."""
-    parent = os.getppid() if parent is None else parent
-    forced = os.environ.get("HF_TRAJPE_STOP_WITH_PARENT", "").strip().lower()
-    if forced in ("0", "false", "no"):
-        return None
-    if forced in ("1", "true", "yes") or any(k in os.environ for k in LAUNCHER_ENV):
-        return parent if parent > 1 else None
-    return None
 
 
 def resolve_mixed_precision(setting: str, device: str = "auto") -> str:
@@ -101,58 +75,7 @@ def _print(message: str) -> None:
         pass
 
 
-def check_paths(cfg: ExperimentConfig) -> None:
-    """Raise ``FileNotFoundError`` with a clear message for a missing model, tokenizer or data path, and
-    ``ImportError`` saying what to install when a ``.gguf`` file cannot be read for want of ``gguf`` or
-    ``model.lora`` for want of ``peft``."""
-    from ..loading import require_gguf
-    from .model import resolve_model_path, resolve_tokenizer_path
-
-    if cfg.model.path is not None:
-        require_gguf(resolve_model_path(cfg.model.path), "model.path")
-    require_gguf(resolve_tokenizer_path(cfg.model.tokenizer), "model.tokenizer")
-    if cfg.model.lora is not None:
-        import importlib.util
-
-        if importlib.util.find_spec("peft") is None:
-            raise ImportError("model.lora needs peft: pip install 'hf_trajpe[models]' (or pip install peft)")
-    if cfg.data.path is not None and not Path(cfg.data.path).expanduser().is_dir():
-        raise FileNotFoundError(f"data.path {cfg.data.path!r} does not exist; build it with `hf-trajpe data build "
-                                f"--out {cfg.data.path}` or remove data.path to generate the data")
-
-
-class _TiedWeightsFilter(logging.Filter):
-    """Drops accelerate's "Removed shared tensor {...} while saving. This should be OK, but check ..." when
-    the removed tensors are the model's own tied weights (an LM head tied to the input embeddings, as in
-    GPT-2 and SmolLM2): safetensors cannot hold two names for one storage, accelerate keeps one, and
-    ``load_state`` restores the tie (the resume tests compare loss curves to 1e-6). Any other removal
-    still warns."""
-
-    def __init__(self, names: set[str]) -> None:
-        super().__init__()
-        self.names = names
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        start, end = message.find("Removed shared tensor {"), message.find("} while saving")
-        if start < 0 or end < start:
-            return True
-        try:
-            removed = ast.literal_eval(message[message.index("{", start):end + 1])
-        except (ValueError, SyntaxError):
-            return True
-        return not (removed and set(removed) <= self.names)
-
-
-def tied_names(model: torch.nn.Module) -> set[str]:
-    """Names of the parameters and buffers of ``model`` that share their storage with another one."""
-    by_storage: dict = {}
-    for name, t in [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]:
-        by_storage.setdefault((t.device, t.untyped_storage().data_ptr()), set()).add(name)
-    return {name for names in by_storage.values() if len(names) > 1 for name in names}
-
-
-class Trainer:
+class Trainer(StopControl, RunReport, RunSaving):
     """``Trainer(cfg, resume=False | True | "path/to/step_N").setup()``, then ``train()``,
     ``save_final()`` (when it returned ``"done"``), ``report()``, ``cleanup()`` (what ``recipes/finetune.py``
     does).
@@ -296,79 +219,6 @@ class Trainer:
                 f"the accelerate config asks for FSDP but accelerate set up {acc.distributed_type.value}: accelerate "
                 "runs FSDP on GPUs only (on CPU it falls back silently); use configs/accelerate/cpu_2proc.yaml on CPU")
 
-    def _check_rng_state(self, index: int) -> None:
-        """This process's RNG file must load with accelerate's own loader (``torch.load(weights_only=True)``
-        and numpy arrays): ``accelerate.load_state`` would skip an unreadable one silently and resume with
-        other random states."""
-        from accelerate.utils import load
-        from accelerate.utils.constants import RNG_STATE_NAME
-
-        from .files import RunFileError
-
-        path = self.resume_from / f"{RNG_STATE_NAME}_{index}.pkl"
-        if not path.is_file():
-            raise RunFileError(f"{path} is missing: the checkpoint lacks the random states of process {index}")
-        try:
-            load(path)
-        except Exception as err:  # any failure of the restricted unpickler
-            reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            raise RunFileError(f"{path}: cannot be read with torch.load(weights_only=True) ({reason}); the "
-                               "checkpoint is damaged or holds more than random states: resume only checkpoints "
-                               "you trust") from None
-
-    def _load_scheduler(self, state: dict) -> None:
-        """The scheduler's state from ``trainer_state.json``; a checkpoint saved before it was stored
-        there: the schedule is a function of the step, so the scheduler is stepped to it."""
-        saved = state.get("scheduler")
-        if saved is not None:
-            self.scheduler.load_state_dict(saved)
-            return
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # "scheduler.step() before optimizer.step()"
-            for _ in range(int(state["step"])):
-                self.scheduler.step()
-
-    # -- stopping: signals and the launcher's exit ------------------------------------------------------
-    def request_stop(self, signum: int = signal.SIGTERM, detail: str = "") -> None:
-        """Stop at the next step boundary with a checkpoint, as if ``signum`` had arrived."""
-        if self._signal is None:
-            self._signal, self.stop_detail = int(signum), detail
-            self._lock.mark("stopping")  # a run waiting for output_dir waits for this one's checkpoint
-
-    def _install_signal_handlers(self) -> None:
-        def handler(signum, frame):
-            if signum == signal.SIGINT:
-                self._sigints += 1
-                if self._sigints > 1:
-                    raise KeyboardInterrupt  # a second Ctrl-C: stop now, without a checkpoint
-            self.request_stop(signum)
-
-        for signum in STOP_SIGNALS:
-            with contextlib.suppress(ValueError):  # not in the main thread: no handler
-                self._old_handlers[signum] = signal.signal(signum, handler)
-        if self._parent is not None and self._watcher is None:
-            self._watcher = threading.Thread(target=self._watch_parent, name="hf_trajpe-watch-parent", daemon=True)
-            self._watcher.start()
-
-    def _watch_parent(self) -> None:
-        parent = self._parent
-        while True:
-            if os.getppid() != parent:
-                # a signal sent to the whole process group (Ctrl-C) killed the launcher too: let its handler
-                # run first, so that the stop is named after it
-                if not self._watch_done.wait(PARENT_POLL_SECONDS):
-                    self.request_stop(signal.SIGTERM, f"the launcher, pid {parent}, exited")
-                return
-            if self._watch_done.wait(PARENT_POLL_SECONDS):
-                return
-
-    def _restore_signal_handlers(self) -> None:
-        self._watch_done.set()
-        for signum, old in self._old_handlers.items():
-            with contextlib.suppress(ValueError, TypeError):
-                signal.signal(signum, old)
-        self._old_handlers = {}
-
     # -- training --------------------------------------------------------------------------------------
 
     def _micro_seed(self, k: int) -> int:
@@ -468,78 +318,6 @@ class Trainer:
             self.stop_evaluated = True
         return reason
 
-    def stop_line(self) -> str:
-        """The last line of a run: why it stopped, where its checkpoint is, the exit status."""
-        reason = self.stop_reason or "done"
-        status = exit_status(reason)
-        if reason == "done":
-            return f"[hf_trajpe] done at step {self.step}; exit status {status}"
-        detail = f": {self.stop_detail}" if self.stop_detail and reason != "stop_after" else ""
-        latest = latest_checkpoint(self.ckpt_root)
-        where = f"checkpoint {latest}; continue with --resume" if latest else "no checkpoint yet"
-        return f"[hf_trajpe] stopped at step {self.step} ({reason}{detail}); {where}; exit status {status}"
-
-    def summary(self) -> list[str]:
-        """The end-of-run report of the recipe, one line per item, the last one :meth:`stop_line`: steps,
-        training time, the last train loss, the last evaluation per content type (and whether it was the
-        stopped model's), where the final model, the checkpoint and the logs are."""
-        cfg, t = self.cfg, self.cfg.train
-        p = "[hf_trajpe]  "
-        trained = self.step - self.start_step
-        resumed = f", resumed at step {self.start_step}" if self.start_step else ""
-        lines = [f"[hf_trajpe] summary of {cfg.name}: {self.step} of {t.max_steps} steps ({self.stop_reason or 'done'}"
-                 f"{resumed})"]
-        if trained:
-            lines.append(f"{p}trained {trained} step(s) in {self.train_seconds:.3g} s "
-                         f"({self.train_seconds / trained:.3g} s per step, evaluation and saving excluded)")
-        if self.step in self.losses:
-            first = min(self.losses)
-            before = f" (step {first}: {self.losses[first]:.4f})" if first != self.step else ""
-            lines.append(f"{p}train loss at step {self.step}: {self.losses[self.step]:.4f}{before}")
-        last = self.eval_history[-1] if self.eval_history else None
-        if last is None:
-            lines.append(f"{p}evaluation: none ran (train.eval_every={t.eval_every}; a run evaluates at its last "
-                         "step and when it stops)")
-        else:
-            types = {k: v for k, v in last.items() if k != "step"}
-            which = "the stopped model, evaluated after its checkpoint" if (
-                self.stop_evaluated and last["step"] == self.step) else "the latest evaluation"
-            mean = sum(v["loss"] for v in types.values()) / max(1, len(types))
-            lines.append(f"{p}evaluation at step {last['step']} ({which}): mean loss {mean:.4f} over "
-                         f"{len(types)} content type(s)")
-            w = max(len(name) for name in [*types, "content type"])
-            lines.append(f"{p}  {'content type':<{w}} {'loss':>8} {'perplexity':>11} {'accuracy':>9}")
-            for name, v in types.items():
-                lines.append(f"{p}  {name:<{w}} {v['loss']:>8.4f} {v['perplexity']:>11.2f} {v['accuracy']:>9.4f}")
-        if self.final is not None:
-            lines.append(f"{p}model: {self.final} (reload with hf_trajpe.from_pretrained)")
-        else:
-            lines.append(f"{p}model: not saved to {self.out / 'final'} (the run stopped before its last step); the "
-                         "checkpoint holds it")
-        latest = latest_checkpoint(self.ckpt_root)
-        if latest is not None:
-            lines.append(f"{p}checkpoint: {latest}")
-        logs = []
-        if "tensorboard" in cfg.logging.trackers:
-            logs.append(f"{self.out / 'logs'} (TensorBoard)")
-        if "jsonl" in cfg.logging.trackers:
-            logs.append(str(self.out / "metrics.jsonl"))
-        if self.eval_history:
-            logs.append(f"{self.out / 'eval.json'} (evaluations)")
-        lines.append(f"{p}logs: {', '.join(logs) or 'none (logging.trackers is empty)'}")
-        lines.append(self.stop_line())
-        return lines
-
-    def report(self) -> None:
-        """Print :meth:`summary` (the main process only)."""
-        if self.accelerator is not None and self.accelerator.is_main_process:
-            for line in self.summary():
-                self.log(line)
-
-    def _signal_name(self) -> str:
-        """The stop signal's name; ``SIGTERM`` on a process that stopped because another one was signalled."""
-        return signal.Signals(self._signal).name if self._signal is not None else "SIGTERM"
-
     def _strength_value(self) -> float | None:
         strength = getattr(self.handle.state, "strength", None) if self.handle is not None else None
         if strength is None or self.fsdp or not hasattr(strength, "value"):
@@ -582,7 +360,6 @@ class Trainer:
                                   "accuracy": s.metrics["accuracy"]}
             finally:
                 if self.handle is not None:
-                    self.handle.set_texts(None)  # scoring gave strength="auto" its texts; training decodes
                     self.handle.attach_monitor(monitor)
                 self.model.train()
         acc.wait_for_everyone()
@@ -596,82 +373,6 @@ class Trainer:
                 atomic_write_text(self.out / "eval.json", json.dumps(self.eval_history, indent=2) + "\n")
         return results
 
-    # -- saving ------------------------------------------------------------------------------------------
-    def save_checkpoint(self) -> Path:
-        acc, t = self.accelerator, self.cfg.train
-        state = {"step": self.step, "micro_batches": self.step * t.gradient_accumulation_steps,
-                 "world_size": acc.num_processes, "batch_size": t.batch_size,
-                 "gradient_accumulation_steps": t.gradient_accumulation_steps, "max_steps": t.max_steps,
-                 "seed": self.cfg.seed, "eval_history": self.eval_history,
-                 "scheduler": self.scheduler.state_dict()}
-        return save_checkpoint(self.ckpt_root, self.step, state, acc.save_state, acc.is_main_process,
-                               acc.wait_for_everyone, t.keep_last)
-
-    def save_final(self) -> Path:
-        """The patched model in ``output_dir/final`` (reload with ``hf_trajpe.from_pretrained``), its
-        tokenizer, and ``ranks/rank_<i>.json`` (world size, loss curve, a parameter checksum) per process."""
-        acc = self.accelerator
-        final = self.out / "final"
-        unwrapped = acc.unwrap_model(self.model)
-        if is_lora(unwrapped):
-            # the adapters merged into the base weights: final/ is an ordinary patched checkpoint (no peft needed)
-            self._final_model = unwrapped.merge_and_unload()
-            state_dict = self._final_model.state_dict()
-            self._final_model.save_pretrained(str(final), is_main_process=acc.is_main_process, save_function=acc.save)
-        else:
-            state_dict = acc.get_state_dict(self.model)  # every process: FSDP gathers the shards
-            unwrapped.save_pretrained(str(final), is_main_process=acc.is_main_process, save_function=acc.save,
-                                      state_dict=state_dict)
-        if acc.is_main_process:
-            if self.fsdp and self.handle is not None:
-                self._save_gathered_patch(final, state_dict)
-            self.tokenizer.save_pretrained(str(final))
-        self._write_rank_summary(state_dict)
-        acc.wait_for_everyone()
-        self.final = final
-        return final
-
-    def _save_gathered_patch(self, final: Path, state_dict: dict) -> None:
-        """Under FSDP this process's patch module holds shards of the learnable strength: the patch is
-        saved again (``hf_trajpe.save_patch``) from a CPU copy of the saved model, patched alike and
-        loaded with the patch state of the gathered ``state_dict``."""
-        import hf_trajpe
-
-        from .model import auto_model_class
-
-        copy = auto_model_class(self.cfg.model.task).from_pretrained(str(final))
-        handle = hf_trajpe.patch(copy, self.handle.config)
-        handle.state.load_state_dict({k[len(PATCH_STATE_PREFIX):]: v.detach().cpu()
-                                      for k, v in state_dict.items() if k.startswith(PATCH_STATE_PREFIX)})
-        hf_trajpe.save_patch(copy, final)
-
-    def _write_rank_summary(self, state_dict: dict) -> None:
-        acc = self.accelerator
-        checksum = None
-        if state_dict:
-            checksum = float(sum(v.detach().double().sum() for v in state_dict.values() if torch.is_tensor(v)))
-        summary = {"rank": acc.process_index, "world_size": acc.num_processes,
-                   "distributed_type": acc.distributed_type.value, "step": self.step, "stop_reason": self.stop_reason,
-                   "losses": {str(k): v for k, v in self.losses.items()},
-                   "local_losses": {str(k): v for k, v in self.local_losses.items()}, "param_checksum": checksum,
-                   "train_seconds": getattr(self, "train_seconds", None)}
-        if acc.is_main_process:  # a probe to check that the saved model reloads to the same outputs
-            probe = next(iter(self.data.eval_blocks.values()), self.data.train)[:2]
-            summary["probe_input_ids"] = probe.tolist()
-            summary["probe_logits_sum"] = self._probe(probe)
-        atomic_write_text(self.out / "ranks" / f"rank_{acc.process_index}.json", json.dumps(summary, indent=2) + "\n")
-
-    @torch.no_grad()
-    def _probe(self, ids: torch.Tensor) -> float | None:
-        if self.fsdp:
-            return None
-        model = self._final_model if self._final_model is not None else self.accelerator.unwrap_model(self.model)
-        model.eval()
-        logits = model(input_ids=ids.to(self.accelerator.device)).logits.float()
-        model.train()
-        value = float(logits.double().sum())
-        return value if math.isfinite(value) else None
-
     def cleanup(self) -> None:
         """Restore the signal handlers, stop watching the launcher, end the trackers, release
         ``output_dir``. Safe to call when :meth:`setup` failed or never ran."""
@@ -682,5 +383,16 @@ class Trainer:
         try:
             if self.accelerator is not None:
                 self.accelerator.end_training()
+                self._end_process_group()
         finally:
             self._lock.release()
+
+    def _end_process_group(self) -> None:
+        """Tear the process group down once every rank is done with it: left to interpreter exit, gloo's
+        threads can abort a rank ("terminate called without an active exception") after a good run."""
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized() and self.accelerator.num_processes > 1:
+            with contextlib.suppress(Exception):  # a rank that already failed: exit as it is
+                dist.barrier()
+                dist.destroy_process_group()
