@@ -18,8 +18,10 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from ..encodings.rotary import apply_rotary, rotary_inv_freq
+from ..encodings.rotary import rotary_inv_freq
+from .key_bias import KEY_BIAS_DTYPES, augmented_qkv
 from .plan import ATTENTION_NAMES, self_attention_modules
+from .rotation import rotate
 from .state import STATE_ATTR, PatchState
 
 __all__ = ["ATTENTION_NAMES", "INDEX_ATTR", "attention_inputs", "register_attention", "bind_attention_modules",
@@ -41,16 +43,12 @@ def attention_inputs(st: PatchState, query: torch.Tensor, key: torch.Tensor):
         memo_key = ("rope", query.shape[-1], query.dtype, kv)
         if memo_key not in step.memo:
             inv = rotary_inv_freq(query.shape[-1], st.plan.rope_theta, device=query.device)
-            step.memo[memo_key] = (
-                scheme.rotary_cos_sin(q_pos, inv, 1.0, query.dtype),
-                scheme.rotary_cos_sin(k_pos, inv, 1.0, query.dtype),
-            )
+            q_cs = scheme.rotary_cos_sin(q_pos, inv, 1.0, query.dtype)
+            k_cs = q_cs if kv == query.shape[2] else scheme.rotary_cos_sin(k_pos, inv, 1.0, query.dtype)
+            step.memo[memo_key] = (q_cs, k_cs)
         (cq, sq), (ck, sk) = step.memo[memo_key]
-        if kv == query.shape[2]:
-            query, key = apply_rotary(query, key, cq, sq)
-        else:
-            query = apply_rotary(query, query, cq, sq)[0]
-            key = apply_rotary(key, key, ck, sk)[0]
+        # rotation.py: same values as apply_rotary; the backward keeps no unrotated copy of q/k
+        query, key = rotate(query, cq, sq), rotate(key, ck, sk)
     bias = None
     if scheme.contributes == "bias":
         memo_key = ("bias", query.shape[1], query.dtype, kv)
@@ -78,6 +76,41 @@ def merged_bias_mask(st: PatchState, query: torch.Tensor, key: torch.Tensor, att
         memo[memo_key] = hit
         memo.pop(("bias", query.shape[1], query.dtype, key.shape[2]), None)
     return hit[1]
+
+
+def key_bias_attention(st: PatchState, stock: Callable, module, query: torch.Tensor, key: torch.Tensor,
+                       value: torch.Tensor, attention_mask: torch.Tensor | None, kwargs: dict):
+    """A causal bias that factors into a query and a key term (causal ALiBi: ``Scheme.key_bias``) as one
+    more q/k dimension (key_bias.py): ``stock`` (sdpa) keeps its fused causal kernel and gets no float
+    mask. ``None`` where this does not apply: a single query (decoding: a bias row ``[b, h, 1, t]`` is
+    cheaper than copying the cached keys and values with a column more), 16-bit dtypes, no factoring."""
+    key_bias = getattr(st.scheme, "key_bias", None)
+    if key_bias is None or query.shape[2] < 2 or query.dtype not in KEY_BIAS_DTYPES:
+        return None
+    memo = st.step.memo
+    memo_key = ("key_bias", query.shape[1])
+    if memo_key not in memo:
+        memo[memo_key] = key_bias(query.shape[1], st.step.key_positions)
+    factors = memo[memo_key]
+    if factors is None:
+        return None
+    scaling = kwargs.get("scaling")
+    if scaling is None:  # what sdpa would use for the unaugmented head width
+        scaling = query.shape[-1] ** -0.5
+    width = value.shape[-1]
+    q, k, v = augmented_qkv(query, key, value, factors[0], factors[1], float(scaling))
+    out, weights = stock(module, q, k, v, attention_mask, **dict(kwargs, scaling=scaling))
+    return out[..., :width].contiguous(), weights  # (models may .view() it; their reshape would copy anyway)
+
+
+def own_value(st: PatchState, value: torch.Tensor) -> torch.Tensor:
+    """``value`` in storage of its own when q/k were rotated here and a backward will run. GPT-2's q, k
+    and v are views of one projection output: attention keeps v for the backward, and a view keeps the
+    whole output alive, so the unrotated q/k stayed in memory beside their rotated copies (+3% of a
+    training step's peak); a copy of v (a third of that output) frees them."""
+    if st.scheme.contributes != "rotary" or not (torch.is_grad_enabled() and value.requires_grad):
+        return value
+    return value.contiguous()
 
 
 def allowed_keys(attention_mask: torch.Tensor | None, is_causal: bool, query: torch.Tensor,
@@ -119,6 +152,7 @@ def _eager_with_state(st: PatchState, module, query, key, value, attention_mask,
         mask = score_mask(st, module, query, key, attention_mask, is_causal, kwargs.get("scaling"))
         return st.eager_fn(module, query, key, value, mask, **kwargs)
     query, key, bias = attention_inputs(st, query, key)
+    value = own_value(st, value)
     if bias is not None:
         from transformers.integrations.sdpa_attention import create_position_bias_mask
 
@@ -159,6 +193,9 @@ def _with_position_bias(load_stock: Callable[[], Callable], merge_mask: bool = F
             mask = score_mask(st, module, query, key, attention_mask, is_causal, kwargs.get("scaling"))
             return stock(module, query, key, value, mask, **dict(kwargs, is_causal=False))
         if merge_mask and st.scheme.contributes == "bias":  # (a bias scheme never rotates q/k)
+            out = key_bias_attention(st, stock, module, query, key, value, attention_mask, kwargs)
+            if out is not None:
+                return out
             is_causal = kwargs.get("is_causal")
             is_causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
             q_len, kv_len = query.shape[2], key.shape[2]
@@ -167,6 +204,7 @@ def _with_position_bias(load_stock: Callable[[], Callable], merge_mask: bool = F
                 mask = merged_bias_mask(st, query, key, attention_mask, is_causal)
                 return stock(module, query, key, value, mask, **dict(kwargs, is_causal=False))
         query, key, bias = attention_inputs(st, query, key)
+        value = own_value(st, value)
         return stock(module, query, key, value, attention_mask, position_bias=bias, **kwargs)
 
     return attention
@@ -179,13 +217,24 @@ def _load_sdpa() -> Callable:
 
 
 def _load_flex() -> Callable:
-    from transformers.integrations.flex_attention import flex_attention_forward
+    from .flex import flex_attention_forward  # score_mod from positions, bucketed block mask (flex.py)
 
     return flex_attention_forward
 
 
+def _load_flex_mask() -> Callable:
+    from .flex import flex_mask
+
+    return flex_mask
+
+
 _sdpa = _with_position_bias(_load_sdpa, merge_mask=True)
-_flex = _with_position_bias(_load_flex)
+
+
+def _flex(module, query, key, value, attention_mask, **kwargs):
+    return _load_flex()(module, query, key, value, attention_mask, **kwargs)
+
+
 _REGISTERED = False
 
 
@@ -197,14 +246,14 @@ def register_attention() -> None:
     if _REGISTERED:
         return
     from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, eager_mask, flex_attention_mask, sdpa_mask
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
 
     AttentionInterface.register(ATTENTION_NAMES["eager"], _eager)
     AttentionInterface.register(ATTENTION_NAMES["sdpa"], _sdpa)
     AttentionInterface.register(ATTENTION_NAMES["flex_attention"], _flex)
     AttentionMaskInterface.register(ATTENTION_NAMES["eager"], eager_mask)
     AttentionMaskInterface.register(ATTENTION_NAMES["sdpa"], sdpa_mask)
-    AttentionMaskInterface.register(ATTENTION_NAMES["flex_attention"], flex_attention_mask)
+    AttentionMaskInterface.register(ATTENTION_NAMES["flex_attention"], _load_flex_mask())
     _REGISTERED = True
 
 

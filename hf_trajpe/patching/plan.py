@@ -180,10 +180,11 @@ def resolve_plan(config: PatchConfig, model: nn.Module) -> PatchPlan:
         )
     impls = scheme_cls.attention_implementations
     if hook == "attention" and attn_stock not in impls:
+        why = getattr(scheme_cls, "attention_refusals", {}).get(attn_stock)  # e.g. cope on flex_attention
         raise NotImplementedError(
             f"{name} is implemented for attention implementations {', '.join(impls)} only; this model uses "
-            f"{attn_stock!r} (load it with attn_implementation={' or '.join(map(repr, impls))}, or call "
-            "model.set_attn_implementation(...) before patching)"
+            f"{attn_stock!r}{f' ({name}: {why})' if why else ''} (load it with attn_implementation="
+            f"{' or '.join(map(repr, impls))}, or call model.set_attn_implementation(...) before patching)"
         )
     if family.rotary_path:
         rotary = get_path(base, family.rotary_path)[2]

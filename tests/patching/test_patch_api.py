@@ -243,15 +243,14 @@ def test_fractional_positions_never_reach_the_model_forward():
 
 @pytest.mark.slow
 def test_flex_attention_forward_matches_sdpa():
-    """flex_attention (compiled by transformers) against sdpa on a tiny Llama, batch 2 with left padding:
-    first unpatched (is flex itself right here?), then patched with ALiBi and trajectory/ALiBi, whose bias
-    reaches flex through ``score_mod``. Forward only: CPU has no flex backward. Errors fail the test (no
-    skip). About 20-40 s on 2 CPU cores (flex compiles). docs/notes.md, section 5."""
+    """flex_attention against sdpa on a tiny Llama, batch 2 with left padding: first unpatched (transformers'
+    compiled flex: is flex itself right here?), then patched with ALiBi and trajectory/ALiBi, whose positions
+    reach flex through hf_trajpe's ``score_mod`` (compiled static, per shape bucket: patching/flex.py).
+    Forward only: CPU has no flex backward. Errors fail the test (no skip). About 20-60 s on 2 CPU cores
+    (flex compiles). More in tests/patching/test_flex.py; docs/patching.md, FlexAttention."""
     import torch._dynamo
 
-    # a fresh compile: after a shape change torch recompiles flex with dynamic shapes, and on CPU that
-    # kernel fails to build once score_mod reads a bias at batch > 1 (a torch bug, docs/notes.md section 5)
-    torch._dynamo.reset()
+    torch._dynamo.reset()  # fresh compiles, so that the timing above holds whatever ran before
     ids = random_ids(8, b=2)
     mask = torch.ones(2, 8, dtype=torch.long)
     mask[1, :3] = 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from ...encodings.alibi import alibi_bias, alibi_slopes
+from ..key_bias import centred_key_term
 from .scheme import Scheme, register_scheme
 
 
@@ -24,3 +25,12 @@ class Alibi(Scheme):
                        dtype: torch.dtype) -> torch.Tensor:
         slopes = alibi_slopes(num_heads).to(query_positions.device)
         return alibi_bias(slopes, query_positions, key_positions, causal=self.plan.causal).to(dtype)
+
+    def key_bias(self, num_heads: int, key_positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The bias as ``head_factor [h] x key_term [b, t]`` up to a constant per softmax row, or ``None``.
+        Causal only: ``-m_h (p_i - p_j)`` differs from ``m_h p_j`` by the row term ``-m_h p_i``, which
+        cancels in the softmax; the bidirectional ``-m_h |p_i - p_j|`` does not factor. Lets attention
+        carry the bias as one more query/key dimension (``patching/key_bias.py``)."""
+        if not self.plan.causal:
+            return None
+        return alibi_slopes(num_heads).to(key_positions.device), centred_key_term(key_positions.to(torch.float32))

@@ -29,7 +29,15 @@ class Cope(Scheme):
     name = "cope"
     contributes = "score"
     bidirectional = False
+    # No flex_attention: p_ij sums the gates of all keys from j to the query, which a flex score_mod (one
+    # score at a time) cannot compute. Feeding flex the precomputed [b, h, n, t] term would build the very
+    # matrix flex exists to avoid, at the cost of the sdpa path plus a compile per shape: sdpa is the answer.
     attention_implementations = ("eager", "sdpa")
+    #: why an implementation is refused (the plan adds it to its message)
+    attention_refusals = {
+        "flex_attention": "its positions are cumulative sums of gates over each query's keys, which a flex "
+                          "score_mod cannot compute; the precomputed term would cost what sdpa costs",
+    }
     options = {"npos_max": 64}
 
     @classmethod
