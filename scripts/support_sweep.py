@@ -1,6 +1,6 @@
 """The coverage sweep: patch every causal-LM and masked-LM model type of the installed transformers.
 
-    HF_HUB_OFFLINE=1 python scripts/support_sweep.py            # all model types (about 20 min on 2 cores)
+    HF_HUB_OFFLINE=1 python scripts/support_sweep.py            # all model types (3-6 min on 2 cores)
     HF_HUB_OFFLINE=1 python scripts/support_sweep.py llama opt  # a few
 
 Writes docs/support.md (every model type, each encoding, each check, or why it was not checked) and
@@ -25,7 +25,9 @@ sys.path.insert(0, ROOT)
 
 
 LIMIT_BYTES = 8 * 2**30
-LIMIT_SECONDS = 120
+#: per model type; the slowest that shrinks (falcon_h1, a Mamba hybrid in plain torch) took 140 s on 2 cores
+#: shared with other jobs, so 120 s cut it off; a config that does not shrink still stops here
+LIMIT_SECONDS = 300
 
 
 def _too_slow(signum, frame):

@@ -15,6 +15,9 @@ TINY = dict(
     embedding_size=64, dim=64, n_heads=4, n_layers=2, hidden_dim=128, kv_lora_rank=16, q_lora_rank=16,
     qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16, global_attn_every_n_layers=1,
 )
+#: per model type, what the shared values above get wrong (GPT-J's default rotary_dim, 64, exceeds a 16-wide head:
+#: 8 rotates half of each head, as its checkpoints rotate a part)
+PER_TYPE = {"gptj": dict(rotary_dim=8)}
 #: a tiny model is well under this; a config that does not shrink is skipped, not built
 MAX_PARAMETERS = 20_000_000
 #: dropouts set to 0 so that a forward is deterministic in train mode too
@@ -43,6 +46,8 @@ def _tiny_config(model_type: str):
                 setattr(cfg, key, value)
             except Exception:  # noqa: BLE001 - a derived or per-layer attribute: keep the default
                 pass
+    for key, value in PER_TYPE.get(model_type, {}).items():
+        setattr(cfg, key, value)
     for key in DROPOUTS:
         if isinstance(getattr(cfg, key, None), float):
             setattr(cfg, key, 0.0)

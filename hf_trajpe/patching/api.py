@@ -79,7 +79,7 @@ def patch(model: nn.Module, encoding: str | PatchConfig = "native", **options) -
             parent, name, stock = get_path(base, path)
             setattr(parent, name, cls(stock, state))
             undo.append(lambda parent=parent, name=name, stock=stock: setattr(parent, name, stock))
-        if plan.uses_attention:
+        if plan.uses_attention and family.self_attention:  # (an override may put its bias in itself: install)
             register_attention()
             model.set_attn_implementation(ATTENTION_NAMES[plan.attn_stock])
             undo.append(lambda: model.set_attn_implementation(plan.attn_stock))
@@ -91,6 +91,7 @@ def patch(model: nn.Module, encoding: str | PatchConfig = "native", **options) -
         post = runner.register_forward_hook(make_post_hook(state), with_kwargs=True)
         undo.append(pre.remove)
         undo.append(post.remove)
+        undo.extend(family.install(model, state))  # last: an override's own hooks run after the engine's
         model.save_pretrained = make_save_pretrained(model, plan.attn_stock)
         undo.append(lambda: model.__dict__.pop("save_pretrained", None))
         model.__dict__[_HANDLE_ATTR] = handle

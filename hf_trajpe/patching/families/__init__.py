@@ -1,7 +1,9 @@
 """Model families: adapters built from each model's structure (``structure.py``), with hand-written
 overrides (``OVERRIDES``, keyed by ``model_type``) only where a model deviates from what the structure
-says. ``SUPPORTED`` comes from the coverage sweep (``scripts/support_sweep.py`` writes ``supported.py``
-and docs/support.md), not from a hand list.
+says: GPT-J (``gptj.py``: sin/cos buffers in every layer), BLOOM and MPT (``bloom.py``, ``mpt.py``: ALiBi
+built in the model's forward), each an :class:`~.override.OverrideAdapter` that installs itself.
+``SUPPORTED`` comes from the coverage sweep (``scripts/support_sweep.py`` writes ``supported.py`` and
+docs/support.md), not from a hand list.
 """
 
 from __future__ import annotations
@@ -9,12 +11,17 @@ from __future__ import annotations
 from torch import nn
 
 from .adapter import FamilyAdapter
+from .bloom import BLOOM
+from .gptj import GPTJ
+from .mpt import MPT
+from .override import OverrideAdapter
 from .structure import StructureError, adapter_from_structure
 from .supported import SUPPORTED
 
-__all__ = ["OVERRIDES", "SUPPORTED", "FamilyAdapter", "StructureError", "adapter_for", "register_override"]
+__all__ = ["OVERRIDES", "SUPPORTED", "FamilyAdapter", "OverrideAdapter", "StructureError", "adapter_for",
+           "register_override"]
 
-#: model_type -> hand-written adapter, for models whose structure misleads (none needed so far)
+#: model_type -> hand-written adapter, for models whose structure misleads (registered below)
 OVERRIDES: dict[str, FamilyAdapter] = {}
 
 
@@ -30,3 +37,7 @@ def adapter_for(model: nn.Module) -> FamilyAdapter:
     ``StructureError``, a ``NotImplementedError``, saying what the model lacks)."""
     override = OVERRIDES.get(model.config.model_type)
     return override if override is not None else adapter_from_structure(model)
+
+
+for _adapter in (GPTJ, BLOOM, MPT):
+    register_override(_adapter)
