@@ -21,7 +21,9 @@ class TrajectoryMonitor:
     Keys of :meth:`as_dict`: ``calls``, ``tokens``, ``fallback_sequences``, ``cache_hits``,
     ``cache_lookups``, ``cache_hit_rate``, ``encode_seconds``, ``encode_seconds_per_call``,
     ``tokens_per_second``, ``displacement_mean``, ``displacement_max``, ``clamped_share``,
-    ``smoothness`` (mean |second difference| of positions over consecutive real tokens).
+    ``smoothness`` (mean |second difference| of positions over consecutive real tokens), ``steps`` (pairs of
+    consecutive real tokens), ``step_mean`` and ``step_cv`` (mean of the step ``p_i - p_{i-1}`` over those
+    pairs and its coefficient of variation: near 0, the positions are a rescaled index).
     """
 
     def __init__(self) -> None:
@@ -80,8 +82,16 @@ class TrajectoryMonitor:
         self._add("disp_max", disp.max() if disp.numel() else disp.new_zeros(()), "max")
         if clamped is not None:
             self._add("clamped", clamped.to(torch.float64).sum())
+        if positions.shape[1] < 2:
+            return
+        p = positions.detach().to(torch.float64)
+        # masks are multiplied, not indexed: boolean indexing would sync with the host on every forward
+        ok1 = (real[:, 1:] & real[:, :-1]).to(torch.float64)
+        step = (p[:, 1:] - p[:, :-1]) * ok1
+        self._add("step_sum", step.sum())
+        self._add("step_sq", (step * step).sum())
+        self._add("step_count", ok1.sum())
         if positions.shape[1] >= 3:
-            p = positions.detach().to(torch.float64)
             d2 = (p[:, 2:] - 2 * p[:, 1:-1] + p[:, :-2]).abs()
             ok = (real[:, 2:] & real[:, 1:-1] & real[:, :-2]).to(torch.float64)
             self._add("smooth_sum", (d2 * ok).sum())
@@ -107,6 +117,9 @@ class TrajectoryMonitor:
     def as_dict(self) -> dict[str, float]:
         s = {k: float(v) for k, v in self._sums.items()}
         tokens = s.get("tokens", 0.0)
+        steps = s.get("step_count", 0.0)
+        step_mean = s.get("step_sum", 0.0) / steps if steps else 0.0
+        step_sd = max(s.get("step_sq", 0.0) / steps - step_mean * step_mean, 0.0) ** 0.5 if steps else 0.0
         out = {
             "calls": float(self.calls),
             "tokens": tokens,
@@ -121,6 +134,9 @@ class TrajectoryMonitor:
             "displacement_max": s.get("disp_max", 0.0),
             "clamped_share": s.get("clamped", 0.0) / tokens if tokens else 0.0,
             "smoothness": s["smooth_sum"] / s["smooth_count"] if s.get("smooth_count") else 0.0,
+            "steps": steps,
+            "step_mean": step_mean,
+            "step_cv": step_sd / step_mean if step_mean else 0.0,
         }
         return out
 

@@ -150,6 +150,8 @@ BAD_ARGS = [
     (("eval", "--model", "a=.", "--tokenizer", "gpt9"), ["argument --tokenizer", "neither byte, minilm"]),
     (("eval", "--model", "a=.", "--lengths", "1", "0"), ["argument --lengths", "at least 1"]),
     (("eval", "--model", "a=.", "--bootstrap", "0"), ["argument --bootstrap", "at least 1"]),
+    (("eval", "--model", "a=.", "--equivalence-margin", "0"), ["argument --equivalence-margin", "between 0 and 100"]),
+    (("eval", "--model", "a=.", "--types", "real_txt"), ["unknown content type 'real_txt'", "real_text"]),
     (("study",), ["argument --config", "no file at 'configs/study/default.yaml'"]),
     (("study", "--config", "missing.yaml"), ["argument --config", "no file at 'missing.yaml'"]),
 ]

@@ -45,6 +45,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="bootstrap resamples (default: %(default)s)")
     p.add_argument("--out", type=_args.output_dir, default="outputs/eval",
                    help="output folder, created when the report is written (default: %(default)s)")
+    p.add_argument("--equivalence-margin", type=_margin, default=2.0, metavar="PERCENT",
+                   help="a difference inside +-PERCENT (relative perplexity) counts as equivalent when the 90%% "
+                        "interval lies inside it: two one-sided tests at 5%% (default: %(default)s)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -66,6 +69,16 @@ def _tokenizer(text: str) -> str:
         raise argparse.ArgumentTypeError(f"{text!r} is neither byte, minilm, a local tokenizer folder nor a .gguf "
                                          "file; give one of those (the hub is not used)") from None
     return text
+
+
+def _margin(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0.0 < value < 100.0:
+        raise argparse.ArgumentTypeError(f"the equivalence margin must be a percentage between 0 and 100, got {text!r}")
+    return value
 
 
 def check(args: argparse.Namespace) -> None:
@@ -100,7 +113,8 @@ def run(args: argparse.Namespace) -> int:
                              tokenizer=args.tokenizer, block_size=args.block_size, length_multipliers=args.lengths,
                              max_sequences=args.max_sequences, n_test=args.n_test, data_dir=args.data,
                              data_seed=args.data_seed, mode=args.mode, batch_size=args.batch_size,
-                             n_resamples=args.bootstrap, progress=not args.no_progress)
+                             n_resamples=args.bootstrap, progress=not args.no_progress,
+                             equivalence_margin=args.equivalence_margin)
     paths = write_report(result, args.out)
     for problem in result.harness_problems:
         print(f"WARNING: HARNESS PROBLEM: improvement on random content: {problem}")

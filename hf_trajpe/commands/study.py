@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from pathlib import Path
 
 from . import _args
 
@@ -40,6 +41,6 @@ def run(args: argparse.Namespace) -> int:
     except FileExistsError as err:
         print(f"hf-trajpe study: error: {err}", file=sys.stderr)
         return 2
-    print(f"wrote {', '.join(str(p) for p in paths.values())}")
-    print(f"summary: {paths['study_md']}")
+    folders = sorted({str(Path(p).parent) for p in paths.values()})
+    print(f"the whole study: {paths['study_md']} (every file it wrote is in {', '.join(folders)})")
     return 0

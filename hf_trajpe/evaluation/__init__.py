@@ -13,10 +13,12 @@ from .masking import lm_inputs, mask_tokens
 from .metrics import load_metric, metric_path
 from .report import write_report
 from .scoring import Scores, detect_mode, mask_blocks, score_blocks
+from .verdicts import DEFAULT_MARGIN, equivalent, plain_verdict, significance
 
 __all__ = [
     "CLAIMED_IMPROVEMENT",
     "CLAIMED_STRENGTH",
+    "DEFAULT_MARGIN",
     "HARNESS_PROBLEM",
     "EvaluationResult",
     "Scores",
@@ -25,6 +27,7 @@ __all__ = [
     "delta_pct",
     "delta_with_intervals",
     "detect_mode",
+    "equivalent",
     "evaluate_models",
     "load_metric",
     "lm_inputs",
@@ -34,7 +37,9 @@ __all__ = [
     "metric_path",
     "paired_deltas",
     "percentile_interval",
+    "plain_verdict",
     "score_blocks",
+    "significance",
     "verdict",
     "write_report",
 ]

@@ -138,7 +138,8 @@ def accuracy_intervals(values, n_resamples: int = 2000, level: float = 0.95, see
 def paired_difference(base, other, n_resamples: int = 2000, level: float = 0.95, seed: int = 0) -> dict:
     """``mean(other) - mean(base)`` of two ``[S, N]`` per-example scores on the same ``N`` examples (each
     averaged over its own seeds), with intervals: ``ci`` resamples examples (paired: the same for both)
-    and each model's seeds independently, ``ci_examples`` examples only."""
+    and each model's seeds independently, ``ci_examples`` examples only; ``ci_equivalence``: the ``2 level - 1``
+    interval of the same draws as ``ci``, for the equivalence test (:mod:`hf_trajpe.evaluation.verdicts`)."""
     b = np.atleast_2d(np.asarray(base, dtype=np.float64))
     o = np.atleast_2d(np.asarray(other, dtype=np.float64))
     if b.shape[1] != o.shape[1]:
@@ -146,9 +147,12 @@ def paired_difference(base, other, n_resamples: int = 2000, level: float = 0.95,
     rng = np.random.default_rng(seed)
     w, pick_b = _draws(b.shape[1], b.shape[0], n_resamples, rng)
     pick_o = rng.integers(0, o.shape[0], (n_resamples, o.shape[0]))
+    examples = _rates(o, w, None) - _rates(b, w, None)
     out = {"difference": float(o.mean() - b.mean()), "level": level, "n_resamples": n_resamples,
-           "ci_examples": percentile_interval(_rates(o, w, None) - _rates(b, w, None), level)}
+           "ci_examples": percentile_interval(examples, level)}
     several = b.shape[0] > 1 or o.shape[0] > 1
-    out["ci"] = (percentile_interval(_rates(o, w, pick_o) - _rates(b, w, pick_b), level) if several
-                 else out["ci_examples"])
+    both = _rates(o, w, pick_o) - _rates(b, w, pick_b) if several else examples
+    out["ci"] = percentile_interval(both, level)
+    out["equivalence_level"] = 2 * level - 1
+    out["ci_equivalence"] = percentile_interval(both, 2 * level - 1)  # decides TOST at 1 - level
     return out

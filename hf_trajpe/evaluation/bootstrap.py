@@ -11,6 +11,9 @@ Delta of an encoding against a baseline, in percent: ``(ppl_base - ppl_enc) / pp
   (only when a model has more than one seed);
 - both at once (a two-level bootstrap: seeds, then sequences) -> ``ci``, the interval verdicts use.
   With one seed per model ``ci`` equals ``ci_sequences``.
+
+From the same draws as ``ci``, ``ci_equivalence``: the ``2 level - 1`` interval (90% for 95%), the one
+that decides two one-sided tests of equivalence at ``1 - level`` (:mod:`hf_trajpe.evaluation.verdicts`).
 """
 
 from __future__ import annotations
@@ -85,7 +88,11 @@ def delta_with_intervals(base_nll, base_count, enc_nll, enc_count, n_resamples: 
         return delta_pct(_resampled_ppl(bn, bc, w, sb), _resampled_ppl(en, ec, w, se))
 
     several = bn.shape[0] > 1 or en.shape[0] > 1
-    out["ci_sequences"] = percentile_interval(draw(False, True, n_resamples), level)
+    sequences = draw(False, True, n_resamples)
+    out["ci_sequences"] = percentile_interval(sequences, level)
     out["ci_seeds"] = percentile_interval(draw(True, False, n_resamples), level) if several else None
-    out["ci"] = percentile_interval(draw(True, True, n_resamples), level) if several else out["ci_sequences"]
+    both = draw(True, True, n_resamples) if several else sequences
+    out["ci"] = percentile_interval(both, level)
+    out["equivalence_level"] = 2 * level - 1
+    out["ci_equivalence"] = percentile_interval(both, 2 * level - 1)
     return out

@@ -1,10 +1,16 @@
-"""The seed design's claimed ranges (docs/spec.md, section 4.6; claims, not facts) and the verdict per row.
+"""The seed design's claimed ranges (docs/spec.md, section 4.6; claims, not facts) and the claim verdict.
 
-Verdict of a measured delta's 95% interval ``[lo, hi]`` against a claimed range ``[a, b]`` (percent):
+The claims are about adding trajectory guidance to an encoding, so :func:`verdict` is for one comparison
+only: a trajectory model against the same encoding without trajectory (the study's ``trajectory_pairs``).
+Every other comparison (an encoding against a baseline table) gets a plain significance verdict with an
+equivalence bound (:mod:`hf_trajpe.evaluation.verdicts`), never a claim verdict.
+
+Claim verdict of a measured delta's 95% interval ``[lo, hi]`` against a claimed range ``[a, b]`` (percent):
 
 - ``lo <= 0 <= hi``: "no significant difference";
 - on ``random_content``, ``lo > 0``: "HARNESS PROBLEM" (no encoding can help on uniform random
-  tokens; a measured improvement means the evaluation is broken, docs/spec.md, section 4.5);
+  tokens; a measured improvement means the evaluation is broken, or the models are under-trained:
+  docs/spec.md, section 4.5);
 - ``hi < a``: "below the claim" (``hi < 0``: the encoding is significantly worse than the baseline);
 - ``lo > b``: "above the claim";
 - otherwise the interval overlaps the claimed range: "within the claim".
@@ -12,7 +18,8 @@ Verdict of a measured delta's 95% interval ``[lo, hi]`` against a claimed range 
 
 from __future__ import annotations
 
-__all__ = ["CLAIMED_IMPROVEMENT", "CLAIMED_STRENGTH", "HARNESS_PROBLEM", "VERDICTS", "verdict"]
+__all__ = ["CALIBRATION", "CLAIMED_IMPROVEMENT", "CLAIMED_STRENGTH", "CONTROL_TYPE", "HARNESS_PROBLEM", "VERDICTS",
+           "verdict"]
 
 CLAIMED_IMPROVEMENT: dict[str, tuple[float, float]] = {
     "linear_progression": (5.0, 15.0),
@@ -34,11 +41,14 @@ CLAIMED_STRENGTH: dict[str, str] = {
 }
 CONTROL_TYPE = "random_content"
 HARNESS_PROBLEM = "HARNESS PROBLEM: improvement on random content"
+#: what the study puts in place of HARNESS_PROBLEM when the control's diagnosis shows under-trained models
+CALIBRATION = "calibration (under-trained models), not position"
 VERDICTS = ("within the claim", "below the claim", "below the claim (worse than the baseline)",
             "above the claim", "no significant difference", HARNESS_PROBLEM, "no claim")
 
 
 def verdict(ci: tuple[float, float], content_type: str) -> str:
+    """The claim verdict of a trajectory model against its own base encoding (see the module docstring)."""
     lo, hi = ci
     if lo <= 0.0 <= hi:
         return "no significant difference"

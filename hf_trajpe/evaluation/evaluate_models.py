@@ -32,8 +32,9 @@ import numpy as np
 import torch
 
 from .bootstrap import delta_with_intervals
-from .claims import CLAIMED_IMPROVEMENT, CLAIMED_STRENGTH, verdict
+from .claims import CLAIMED_IMPROVEMENT, CLAIMED_STRENGTH, CONTROL_TYPE, HARNESS_PROBLEM, verdict
 from .scoring import detect_mode, score_blocks
+from .verdicts import DEFAULT_MARGIN, equivalent, plain_verdict, significance
 
 __all__ = ["EvaluationResult", "evaluate_models", "load_model", "content_streams", "paired_deltas"]
 
@@ -42,7 +43,8 @@ __all__ = ["EvaluationResult", "evaluate_models", "load_model", "content_streams
 class EvaluationResult:
     """Everything a report needs. ``scores[model][type][length]``: a list (one per seed) of
     :class:`~hf_trajpe.evaluation.scoring.Scores`, or a ``str`` (why that length was skipped).
-    ``deltas[model][type][length]``: the output of ``delta_with_intervals`` plus claim and verdict."""
+    ``deltas[model][type][length]``: the output of ``delta_with_intervals`` plus the verdicts (see
+    :func:`paired_deltas`)."""
 
     meta: dict
     models: dict
@@ -151,8 +153,10 @@ def evaluate_models(models: Mapping[str, object], baseline: str | None = None, c
                     tokenizer="byte", block_size: int = 128, length_multipliers: Sequence[int] = (1,),
                     max_sequences: int = 64, n_test: int = 200, data_dir=None, data_seed: int = 0,
                     mode: str | None = None, batch_size: int = 16, n_resamples: int = 2000,
-                    level: float = 0.95, bootstrap_seed: int = 0, progress: bool = True) -> EvaluationResult:
-    """Evaluate every model on every content type and length; deltas of each model against ``baseline``.
+                    level: float = 0.95, bootstrap_seed: int = 0, progress: bool = True,
+                    equivalence_margin: float = DEFAULT_MARGIN) -> EvaluationResult:
+    """Evaluate every model on every content type and length; deltas of each model against ``baseline``,
+    each with a significance verdict and whether it is equivalent within ``±equivalence_margin`` percent.
 
     ``max_sequences``: test blocks at the longest length (``max(length_multipliers) * block_size``);
     shorter lengths cut the same tokens into more blocks.
@@ -190,6 +194,7 @@ def evaluate_models(models: Mapping[str, object], baseline: str | None = None, c
               "content_types": content_types, "tokens_per_type": budget, "n_test_documents": n_test,
               "data": str(data_dir) if data_dir else f"generated test splits, seed {data_seed}",
               "n_resamples": n_resamples, "level": level, "bootstrap_seed": bootstrap_seed,
+              "equivalence_margin": equivalence_margin,
               "delta_definition": "(ppl_base - ppl_enc) / ppl_base * 100; positive = better than baseline"},
         models={})
     total = sum(len(v) for v in specs.values()) * sum(budget[t] // length for t in content_types for length in lengths)
@@ -217,21 +222,21 @@ def evaluate_models(models: Mapping[str, object], baseline: str | None = None, c
                 del model
                 gc.collect()
     bar.close()
-    _compute_deltas(result, baseline, n_resamples, level, bootstrap_seed)
+    for name in result.scores:
+        if name != baseline:
+            result.deltas[name] = paired_deltas(result, baseline, name, n_resamples, level, bootstrap_seed,
+                                                margin=equivalence_margin)
     return result
 
 
-def _compute_deltas(result: EvaluationResult, baseline: str, n_resamples: int, level: float, seed: int) -> None:
-    for name in result.scores:
-        if name != baseline:
-            result.deltas[name] = paired_deltas(result, baseline, name, n_resamples, level, seed)
-
-
 def paired_deltas(result: EvaluationResult, base: str, other: str, n_resamples: int = 2000, level: float = 0.95,
-                  seed: int = 0) -> dict:
+                  seed: int = 0, margin: float = DEFAULT_MARGIN, claims: bool = False) -> dict:
     """``{type: {length: delta}}`` of model ``other`` against model ``base`` of ``result``, paired by
-    seed and test sequence (:func:`~hf_trajpe.evaluation.bootstrap.delta_with_intervals`), with the
-    claimed ranges and the verdict; a length either model skipped is left out."""
+    seed and test sequence (:func:`~hf_trajpe.evaluation.bootstrap.delta_with_intervals`); a length either
+    model skipped is left out. Each delta gets ``significance`` (better/worse/no significant difference),
+    ``equivalent`` (TOST within ``±margin`` percent), ``margin`` and ``verdict`` (the two in words; on
+    ``random_content`` a significant improvement is ``HARNESS_PROBLEM``). ``claims``: also the seed design's
+    claimed ranges and ``claim_verdict``, only for a trajectory model against its own base encoding."""
     out: dict = {}
     for t, per_len in result.scores[other].items():
         out[t] = {}
@@ -242,9 +247,16 @@ def paired_deltas(result: EvaluationResult, base: str, other: str, n_resamples: 
             d = delta_with_intervals(np.stack([s.nll for s in b]), np.stack([s.count for s in b]),
                                      np.stack([s.nll for s in seeds]), np.stack([s.count for s in seeds]),
                                      n_resamples=n_resamples, level=level, seed=seed)
-            d["claimed_improvement"] = CLAIMED_IMPROVEMENT.get(t)
-            d["claimed_best_strength"] = CLAIMED_STRENGTH.get(t)
-            d["verdict"] = verdict(d["ci"], t)
+            d["significance"] = significance(d["ci"])
+            d["equivalent"] = equivalent(d["ci_equivalence"], margin)
+            d["margin"] = margin
+            d["verdict"] = plain_verdict(d["ci"], d["ci_equivalence"], margin)
+            if t == CONTROL_TYPE and d["ci"][0] > 0:
+                d["verdict"] = HARNESS_PROBLEM
+            if claims:
+                d["claimed_improvement"] = CLAIMED_IMPROVEMENT.get(t)
+                d["claimed_best_strength"] = CLAIMED_STRENGTH.get(t)
+                d["claim_verdict"] = verdict(d["ci"], t)
             out[t][length] = d
     return out
 

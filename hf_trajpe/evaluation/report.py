@@ -1,6 +1,13 @@
 """Reports of an :class:`~hf_trajpe.evaluation.EvaluationResult`: ``report.json``, ``report.md`` and
-two PNG charts (``delta_per_type.png``: delta per content type with 95% error bars and the claimed
-range shaded; ``ppl_vs_length.png``: perplexity against context length, one panel per type).
+two PNG charts (``delta_per_type.png``: delta per content type with 95% error bars and the equivalence
+margin shaded; ``ppl_vs_length.png``: perplexity against context length, one panel per type).
+
+Every row against the baseline gets a plain verdict (better / worse / no significant difference at 95%,
+with whether it is equivalent within the margin: :mod:`hf_trajpe.evaluation.verdicts`); the seed design's
+claims are not compared here (they are about trajectory against its own base: the study's report).
+``meta["summary_md"]`` (lines), when present, opens the report (the study's first screen);
+``meta["control"]`` (the study's diagnosis of the random-content control) replaces the harness banner by
+its plain finding when the models are under-trained; ``meta["positions"]``: displacement statistics.
 """
 
 from __future__ import annotations
@@ -9,9 +16,11 @@ import json
 import math
 from pathlib import Path
 
-from .claims import CLAIMED_IMPROVEMENT, CLAIMED_STRENGTH, HARNESS_PROBLEM
+from .claims import HARNESS_PROBLEM
+from .positions import positions_markdown
 
-__all__ = ["markdown_report", "plot_delta_per_type", "plot_ppl_vs_length", "write_report"]
+__all__ = ["cell", "harness_banner", "legend", "mark", "markdown_report", "plot_delta_per_type", "plot_ppl_vs_length",
+           "write_report"]
 
 
 def _fmt(x, digits: int = 2) -> str:
@@ -20,9 +29,59 @@ def _fmt(x, digits: int = 2) -> str:
     return f"{x:.{digits}f}"
 
 
-def _claim(t: str) -> str:
-    c = CLAIMED_IMPROVEMENT.get(t)
-    return f"{c[0]:g}-{c[1]:g}%" if c else "none"
+def mark(d: dict) -> str:
+    """▲ better / ▼ worse at 95%; = equivalent within the margin; ? neither (nothing ruled out)."""
+    lo, hi = d["ci"]
+    sig = "▲" if lo > 0 else ("▼" if hi < 0 else "")
+    eq = "=" if d.get("equivalent") else ("" if sig else "?")
+    return sig + eq
+
+
+def cell(d: dict | None, digits: int = 1) -> str:
+    """``+1.2 [+0.3, +2.1] ▲``: a delta, its 95% interval and its :func:`mark`."""
+    if not d:
+        return "n/a"
+    lo, hi = d["ci"]
+    return f"{d['delta_pct']:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}] {mark(d)}".rstrip()
+
+
+def legend(margin: float, unit: str = "%") -> str:
+    return (f"▲ significantly better, ▼ significantly worse (95% interval excludes 0); = equivalent within "
+            f"±{margin:g}{unit} (two one-sided tests at 5%: the 90% interval lies inside ±{margin:g}{unit}); "
+            "? no significant difference and not shown equivalent (the data cannot tell)")
+
+
+def harness_banner(problems: list[tuple], control: dict | None) -> list[str]:
+    """The loud banner of significant improvements on random content, unless the study's diagnosis of
+    the control says what they are (under-trained models); then its plain finding instead."""
+    if not problems:
+        return []
+    if control and control.get("status") == "calibration":
+        return []  # the study's summary says what they are, in plain words
+    lines = ["> **⚠ HARNESS PROBLEM.** A significant improvement was measured on `random_content`, "
+             "where no positional encoding can help (uniform random tokens). Do not trust the other "
+             "rows until this is explained: a data leak, different test data per model, a bug in "
+             "scoring, or models not trained to convergence on random content (their perplexity there "
+             "far above the size of the random alphabet, 95 for the byte tokenizer), in which case the "
+             "difference is calibration, not position:", ">"]
+    if control and control.get("finding"):
+        lines += [f"> {control['finding']}", ">"]
+    lines += [f"> - `{m}` at {L} tokens: {d['delta_pct']:+.2f}% [{d['ci'][0]:+.2f}, {d['ci'][1]:+.2f}]"
+              for m, t, L, d in problems]
+    return lines + [""]
+
+
+def _summary(meta: dict, deltas: dict, first: str) -> list[str]:
+    """The default first screen: every model against the baseline at the first length, one cell per type."""
+    if not deltas:
+        return []
+    names = list(deltas)
+    lines = [f"## Summary: against `{meta['baseline']}` at {first} tokens", "",
+             "| content type | " + " | ".join(f"`{n}`" for n in names) + " |", "|---|" + "---:|" * len(names)]
+    for t in meta["content_types"]:
+        lines.append(f"| {t} | " + " | ".join(cell(deltas[n].get(t, {}).get(first)) for n in names) + " |")
+    return lines + ["", "Cells: delta of perplexity in percent (positive = better than the baseline) "
+                    f"[{meta['level']:.0%} interval]. " + legend(meta.get("equivalence_margin", 2.0)), ""]
 
 
 def markdown_report(data: dict, charts: dict[str, str] | None = None) -> str:
@@ -30,23 +89,17 @@ def markdown_report(data: dict, charts: dict[str, str] | None = None) -> str:
     meta, results, deltas = data["meta"], data["results"], data["deltas"]
     base, lengths = meta["baseline"], meta["lengths"]
     first = str(lengths[0])
-    lines = ["# hf_trajpe evaluation report", ""]
+    margin = meta.get("equivalence_margin", 2.0)
+    lines = [meta.get("title", "# hf_trajpe evaluation report"), ""]
     problems = [(m, t, L, d) for m, per_t in deltas.items() for t, per_l in per_t.items()
-                for L, d in per_l.items() if d["verdict"] == HARNESS_PROBLEM]
-    if problems:
-        lines += ["> **⚠ HARNESS PROBLEM.** A significant improvement was measured on `random_content`, "
-                  "where no positional encoding can help (uniform random tokens). Do not trust the other "
-                  "rows until this is explained: a data leak, different test data per model, a bug in "
-                  "scoring, or models not trained to convergence on random content (their perplexity there "
-                  "far above the size of the random alphabet, 95 for the byte tokenizer), in which case the "
-                  "difference is calibration, not position:", ">"]
-        lines += [f"> - `{m}` at {L} tokens: {d['delta_pct']:+.2f}% [{d['ci'][0]:+.2f}, {d['ci'][1]:+.2f}]"
-                  for m, t, L, d in problems]
-        lines.append("")
+                for L, d in per_l.items() if d.get("control_flag", d["verdict"]) == HARNESS_PROBLEM]
+    lines += harness_banner(problems, meta.get("control"))
+    lines += list(meta.get("summary_md") or _summary(meta, deltas, first))
     scoring = ("next-token (causal LM)" if meta["mode"] == "clm"
                else "masked-token (15% of positions, masked LM)")
     contexts = ", ".join(f"{m}x = {L}" for m, L in zip(meta["length_multipliers"], lengths, strict=True))
-    lines += [f"- created: {meta['created']} (hf_trajpe {meta['hf_trajpe_version']})",
+    lines += ["## How it was measured", "",
+              f"- created: {meta['created']} (hf_trajpe {meta['hf_trajpe_version']})",
               f"- baseline: `{base}`; scoring: {scoring}",
               f"- tokenizer: {meta['tokenizer']}; training block size {meta['block_size']}; "
               f"context lengths {contexts}",
@@ -54,6 +107,9 @@ def markdown_report(data: dict, charts: dict[str, str] | None = None) -> str:
               + ", ".join(f"{t} {n}" for t, n in meta["tokens_per_type"].items()),
               f"- intervals: {meta['level']:.0%} percentile bootstrap, {meta['n_resamples']} resamples over test "
               "sequences (paired) and, when a model has several seeds, over seeds too",
+              f"- equivalence: within ±{margin:g}% of relative perplexity, by two one-sided tests at "
+              f"{1 - meta['level']:.0%} (the {2 * meta['level'] - 1:.0%} interval of the same draws inside "
+              f"±{margin:g}%)",
               f"- delta: {meta['delta_definition']}", "", "## Models", "",
               "| name | seeds | class | parameters | source | patch |", "|---|---:|---|---:|---|---|"]
     for name, seeds in data["models"].items():
@@ -64,21 +120,22 @@ def markdown_report(data: dict, charts: dict[str, str] | None = None) -> str:
     lines.append("")
     for name, per_t in deltas.items():
         lines += [f"## `{name}` against `{base}` at {first} tokens", "",
-                  "| content type | claimed improvement | claimed best strength | measured delta [95% CI] | "
+                  f"| content type | delta [{meta['level']:.0%} CI] | {2 * meta['level'] - 1:.0%} CI (equivalence) | "
                   "verdict | ppl baseline | ppl encoding | acc baseline | acc encoding |",
-                  "|---|---:|---:|---:|---|---:|---:|---:|---:|"]
+                  "|---|---:|---:|---|---:|---:|---:|---:|"]
         for t in meta["content_types"]:
             d = per_t.get(t, {}).get(first)
             rb, re_ = results[base][t][first], results[name][t][first]
             if d is None:
                 reason = re_.get("skipped") or rb.get("skipped") or "not computed"
-                lines.append(f"| {t} | {_claim(t)} | {CLAIMED_STRENGTH.get(t, '')} | n/a | skipped: {reason} | | | | |")
+                lines.append(f"| {t} | n/a | n/a | skipped: {reason} | | | | |")
                 continue
-            mark = "**" if d["verdict"] == HARNESS_PROBLEM else ""
+            mark_ = "**" if d["verdict"] == HARNESS_PROBLEM else ""
             seeds_note = f" (seeds: [{d['ci_seeds'][0]:+.2f}, {d['ci_seeds'][1]:+.2f}])" if d.get("ci_seeds") else ""
-            lines.append(f"| {t} | {_claim(t)} | {CLAIMED_STRENGTH.get(t, '')} | "
-                         f"{d['delta_pct']:+.2f}% [{d['ci'][0]:+.2f}, {d['ci'][1]:+.2f}]{seeds_note} | "
-                         f"{mark}{d['verdict']}{mark} | {_fmt(rb['perplexity'])} | {_fmt(re_['perplexity'])} | "
+            eq = d.get("ci_equivalence")
+            lines.append(f"| {t} | {d['delta_pct']:+.2f}% [{d['ci'][0]:+.2f}, {d['ci'][1]:+.2f}]{seeds_note} | "
+                         + (f"[{eq[0]:+.2f}, {eq[1]:+.2f}]" if eq else "n/a")
+                         + f" | {mark_}{d['verdict']}{mark_} | {_fmt(rb['perplexity'])} | {_fmt(re_['perplexity'])} | "
                          f"{_fmt(rb['accuracy'], 3)} | {_fmt(re_['accuracy'], 3)} |")
         lines.append("")
     if len(lengths) > 1:
@@ -100,19 +157,26 @@ def markdown_report(data: dict, charts: dict[str, str] | None = None) -> str:
                       + " | ".join(f"{L} tokens" for L in lengths) + " |", "|---|---|" + "---:|" * len(lengths)]
             for name, per_t in deltas.items():
                 for t in meta["content_types"]:
-                    cells = [(f"{d['delta_pct']:+.1f}% [{d['ci'][0]:+.1f}, {d['ci'][1]:+.1f}]"
-                              if (d := per_t.get(t, {}).get(str(L))) else "n/a") for L in lengths]
-                    lines.append(f"| {t} | `{name}` | " + " | ".join(cells) + " |")
+                    lines.append(f"| {t} | `{name}` | "
+                                 + " | ".join(cell(per_t.get(t, {}).get(str(L))) for L in lengths) + " |")
             lines.append("")
+    if meta.get("positions"):
+        lines += ["## Where the trajectory models put their tokens", "",
+                  f"On the test data at {first} tokens: the step `p_i - p_(i-1)` (1 for integer positions) and its "
+                  "coefficient of variation, the displacement `p_i - i`, the share of positions clamped at the "
+                  "position limit.", ""]
+        lines += positions_markdown(meta["positions"])
     if charts:
         lines += ["## Charts", ""] + [f"![{title}]({path})" for title, path in charts.items()] + [""]
     lines += ["## How to read the verdicts", "",
-              "The claimed ranges are the seed design's claims (docs/spec.md, section 4.6), not facts. "
-              "Verdict of the 95% interval [lo, hi] of the measured delta against the claimed range [a, b]: "
-              "CI contains 0 -> "
-              "*no significant difference*; hi < a -> *below the claim* (hi < 0: worse than the baseline); "
-              "lo > b -> *above the claim*; otherwise the interval overlaps the claim -> *within the claim*. "
-              "On `random_content` any significant improvement is flagged as a harness problem.", ""]
+              f"Verdict of the {meta['level']:.0%} interval [lo, hi] of the measured delta: lo > 0 -> *better*; "
+              "hi < 0 -> *worse*; otherwise *no significant difference*. Each says whether an effect larger "
+              f"than ±{margin:g}% is ruled out: *equivalent within ±{margin:g}%* when the "
+              f"{2 * meta['level'] - 1:.0%} interval lies inside ±{margin:g}% (two one-sided tests at "
+              f"{1 - meta['level']:.0%}), else *not shown equivalent*: *no significant difference* alone is "
+              "not *no effect*. On `random_content` any significant improvement is flagged: no encoding can "
+              "help there. The seed design's claimed ranges are about trajectory against its own base "
+              "encoding, so they are not compared here.", ""]
     return "\n".join(lines)
 
 
@@ -125,10 +189,8 @@ def plot_delta_per_type(data: dict, path: Path) -> None:
     meta, deltas = data["meta"], data["deltas"]
     types, first = meta["content_types"], str(meta["lengths"][0])
     fig, ax = plt.subplots(figsize=(max(7, 1.4 * len(types)), 4.5))
-    for i, t in enumerate(types):
-        if t in CLAIMED_IMPROVEMENT:
-            a, b = CLAIMED_IMPROVEMENT[t]
-            ax.fill_between([i - 0.45, i + 0.45], a, b, color="0.85", label="claimed range" if i == 0 else None)
+    margin = meta.get("equivalence_margin", 2.0)
+    ax.axhspan(-margin, margin, color="0.9", label=f"equivalence margin ±{margin:g}%")
     width = 0.8 / max(1, len(deltas))
     for k, (name, per_t) in enumerate(deltas.items()):
         xs, ys, lo, hi = [], [], [], []

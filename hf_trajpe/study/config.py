@@ -51,6 +51,9 @@ class StudyEval:
     n_resamples: int = 2000
     level: float = 0.95
     batch_size: int = 16
+    #: probability on the random alphabet from which a model counts as trained on random content: below it, a
+    #: "gain" there is calibration of an under-trained model; above it, a failure of the harness (study/control.py)
+    calibrated_mass: float = 0.99
 
 
 @dataclass
@@ -78,6 +81,9 @@ class StudyConfig:
     eval: StudyEval = field(default_factory=StudyEval)
     sweep: StudySweep | None = None
     trajectory_pairs: dict = field(default_factory=dict)  # trajectory name -> the encoding it runs on
+    #: "no effect" is claimed only within this bound: equivalence (two one-sided tests) within ±margin percent of
+    #: relative perplexity delta
+    equivalence_margin: float = 2.0
     quick: list[str] = field(default_factory=list)  # the --quick profile: dotted overrides
 
     def validate(self) -> StudyConfig:
@@ -89,7 +95,7 @@ class StudyConfig:
             if not isinstance(opts, dict) or "encoding" not in opts:
                 raise ConfigError(f"encodings.{name}: expected a mapping with an 'encoding' key, got {opts!r}")
             try:
-                PatchConfig(**opts)
+                PatchConfig.from_options(**opts)  # npos_max and other scheme options included
             except (TypeError, ValueError) as err:
                 raise ConfigError(f"encodings.{name}: {err}") from None
         if self.baseline not in self.encodings:
@@ -99,6 +105,9 @@ class StudyConfig:
                 if n not in self.encodings:
                     raise ConfigError(f"trajectory_pairs: {n!r} is not one of the encodings {list(self.encodings)}")
         check_training_sections(self)
+        check_margin(self.equivalence_margin)
+        if not 0 < self.eval.calibrated_mass <= 1:
+            raise ConfigError(f"eval.calibrated_mass must be in (0, 1], got {self.eval.calibrated_mass}")
         if self.eval.max_sequences < 1 or not self.eval.length_multipliers:
             raise ConfigError("eval: max_sequences >= 1 and at least one length multiplier are needed")
         if self.sweep is not None:
@@ -144,6 +153,11 @@ def check_training_sections(cfg) -> None:
     if not cfg.train.lr > 0 or cfg.train.warmup_steps < 0:
         raise ConfigError(f"train: lr must be > 0 and warmup_steps >= 0, got {cfg.train.lr} and "
                           f"{cfg.train.warmup_steps}")
+
+
+def check_margin(margin: float) -> None:
+    if not margin > 0:
+        raise ConfigError(f"equivalence_margin must be > 0 (the bound of 'no effect'), got {margin}")
 
 
 def patch_options(opts: dict) -> dict | None:

@@ -1,7 +1,8 @@
 """The study's reports: the evaluation report of the main encodings (``report.*`` against the
-baseline), and ``study.md``/``study.json``: the trajectory effect against its own base encoding, the
-strength sweep against the seed design's claimed best strengths, the random-content control, and
-how the numbers were made (command, versions, timings).
+baseline, plain significance and equivalence verdicts), and ``study.md``/``study.json``: the first screen
+(:mod:`.summary`), the trajectory effect against its own base encoding (the only comparison set beside the
+seed design's claims), the strength sweep against the claimed best strengths, the random-content control
+with its diagnosis, where the trajectory models put their tokens, and how the numbers were made.
 """
 
 from __future__ import annotations
@@ -12,12 +13,16 @@ from pathlib import Path
 
 import numpy as np
 
-from ..evaluation.claims import CLAIMED_IMPROVEMENT, CLAIMED_STRENGTH, CONTROL_TYPE, HARNESS_PROBLEM
+from ..evaluation.claims import CALIBRATION, CLAIMED_IMPROVEMENT, CLAIMED_STRENGTH, CONTROL_TYPE, HARNESS_PROBLEM
 from ..evaluation.evaluate_models import EvaluationResult, paired_deltas
+from ..evaluation.positions import positions_markdown
+from ..evaluation.report import cell as _cell
 from ..evaluation.report import write_report
 from .config import StudyConfig
+from .control import diagnose_control
+from .summary import summary_lines
 
-__all__ = ["write_study_report", "best_strength"]
+__all__ = ["DETAILS", "best_strength", "first_screen", "write_study_report"]
 
 
 def best_strength(per_strength: dict[float, dict], content_type: str) -> dict:
@@ -36,14 +41,6 @@ def best_strength(per_strength: dict[float, dict], content_type: str) -> dict:
         in_range = significant and lo <= s <= hi
     return {"best": s if significant else 0.0, "largest_mean": s, "delta_pct": d["delta_pct"], "ci": d["ci"],
             "significant": significant, "claimed": claim, "in_claimed_range": in_range}
-
-
-def _cell(d: dict | None) -> str:
-    if not d:
-        return "n/a"
-    lo, hi = d["ci"]
-    mark = "" if lo <= 0 <= hi else (" ▲" if lo > 0 else " ▼")
-    return f"{d['delta_pct']:+.1f} [{lo:+.1f}, {hi:+.1f}]{mark}"
 
 
 def _subset(result: EvaluationResult, names: list[str]) -> EvaluationResult:
@@ -87,36 +84,50 @@ def _plot_sweep(sweep: dict, strengths: list[float], lengths: list[int], path: P
 
 def write_study_report(cfg: StudyConfig, result: EvaluationResult, summaries: list[dict], sweep_map: dict,
                        timing: dict, versions: dict, command: str | None,
-                       control: dict[str, dict] | None = None) -> dict[str, Path]:
+                       control: dict[str, dict] | None = None, positions: dict | None = None) -> dict[str, Path]:
+    """Write every report; ``control``: :func:`~hf_trajpe.study.control.random_control` per model,
+    ``positions``: displacement statistics per trajectory model and content type."""
     out = Path(cfg.report_dir)
     out.mkdir(parents=True, exist_ok=True)
-    n_res, level = cfg.eval.n_resamples, cfg.eval.level
+    n_res, level, margin = cfg.eval.n_resamples, cfg.eval.level, cfg.equivalence_margin
     lengths = result.meta["lengths"]
+    types = result.meta["content_types"]
     t = cfg.train
     training = (f"{cfg.model.get('model_type')} from scratch ({_model_shape(cfg.model)}), {t.steps} AdamW steps of "
                 f"{t.batch_size} x {cfg.data.block_size} {cfg.tokenizer} tokens, lr {t.lr} (warm-up {t.warmup_steps}, "
                 f"linear decay to 10%), the seven content types mixed in equal shares ({cfg.data.train} train "
                 f"documents each); seeds {cfg.seeds}")
     main = _subset(result, list(cfg.encodings))
-    main.meta.update({"training": training, "command": command, "versions": versions})
-    paths = write_report(main, out)
-
-    effect = {traj: {"base": base, "deltas": paired_deltas(result, base, traj, n_res, level)}
+    effect = {traj: {"base": base,
+                     "deltas": paired_deltas(result, base, traj, n_res, level, margin=margin, claims=True)}
               for traj, base in cfg.trajectory_pairs.items()}
     sweep, best = {}, {}
     if sweep_map:
         ref = sweep_map[0.0]
-        per = {s: (paired_deltas(result, ref, name, n_res, level) if name != ref else None)
+        per = {s: (paired_deltas(result, ref, name, n_res, level, margin=margin) if name != ref else None)
                for s, name in sweep_map.items()}
-        for ctype in result.meta["content_types"]:
+        for ctype in types:
             sweep[ctype] = {s: (per[s][ctype] if per[s] else {}) for s in sweep_map}
             best[ctype] = {str(length): best_strength({s: sweep[ctype][s][length] for s in sweep_map if s != 0.0},
                                                        ctype) for length in lengths}
+
+    compared = [(m, cfg.baseline, per_t) for m, per_t in main.deltas.items()]
+    compared += [(m, v["base"], v["deltas"]) for m, v in effect.items()]
+    rows = [(m, ref, length, d) for m, ref, per_t in compared for length, d in per_t.get(CONTROL_TYPE, {}).items()]
+    diagnosis = diagnose_control(rows, control or {}, cfg.eval.calibrated_mass)
+    calibration = {(m, ref, L) for m, ref, L in diagnosis["calibration"]}
+    for m, ref, L, d in rows:
+        if (m, ref, L) in calibration:
+            d["control_flag"], d["verdict"] = HARNESS_PROBLEM, CALIBRATION
+    summary = summary_lines(cfg, types, lengths, effect, main.deltas, diagnosis)
+    main.meta.update({"training": training, "command": command, "versions": versions, "control": diagnosis,
+                      "summary_md": summary, "positions": positions or {},
+                      "title": f"# Study `{cfg.name}`: every encoding against `{cfg.baseline}`"})
+    paths = write_report(main, out)
+    if sweep_map:
         paths["sweep_png"] = out / "sweep.png"
         _plot_sweep(sweep, [s for s in sweep_map if s != 0.0], lengths, paths["sweep_png"])
 
-    compared = {**main.deltas, **{k: v["deltas"] for k, v in effect.items()}}
-    rows = [(m, length, d) for m, per_t in compared.items() for length, d in per_t.get(CONTROL_TYPE, {}).items()]
     data = {"meta": {**main.meta, "study": cfg.name, "timing": timing, "config": cfg.to_dict()},
             "baseline": cfg.baseline,
             "trajectory_effect": {k: {"base": v["base"], "deltas": _str_keys(v["deltas"])} for k, v in effect.items()},
@@ -125,12 +136,15 @@ def write_study_report(cfg: StudyConfig, result: EvaluationResult, summaries: li
                                                for ct, per_s in sweep.items()},
                       "best_strength": best},
             "random_control": control or {},
+            "control_diagnosis": diagnosis,
+            "positions": positions or {},
             "training": sorted(summaries, key=lambda s: (s["name"], s["seed"]))}
     paths["study_json"] = out / "study.json"
     paths["study_json"].write_text(json.dumps(data, indent=2, default=json_default) + "\n")
     paths["study_md"] = out / "study.md"
-    paths["study_md"].write_text(_markdown(cfg, main, effect, sweep, best, sweep_map, rows, summaries, timing,
-                                           versions, command, training, control or {}))
+    paths["study_md"].write_text(_markdown(cfg, main, effect, sweep, best, sweep_map, control or {}, summaries,
+                                           timing, versions, command, training, diagnosis, rows, summary,
+                                           positions or {}))
     return paths
 
 
@@ -174,88 +188,78 @@ def _wall(timing: dict, summaries: list[dict]) -> str:
             f"(this invocation: {timing['total_wall_seconds'] / 60:.1f} min)")
 
 
-def _control_md(control: dict[str, dict], rows: list, level: float) -> list[str]:
+#: the line that ends the first screen of study.md (what ``hf-trajpe study`` prints last)
+DETAILS = "## Details"
+
+
+def first_screen(study_md: str) -> str:
+    """The first screen of a ``study.md``: its title and summary, up to the details."""
+    return study_md.split("\n" + DETAILS, 1)[0].rstrip() + "\n"
+
+
+def _control_md(control: dict[str, dict], diagnosis: dict) -> list[str]:
     if not control:
-        return []
+        return [diagnosis.get("finding", "")] if diagnosis.get("finding") else []
     early = next(k for k in next(iter(control.values())) if k.startswith("perplexity_after_"))
     floor = next(iter(control.values()))["floor"]
     lines = ["", f"Diagnosis ({next(iter(control.values()))['n_tokens']} tokens per model, mean over seeds; the floor "
-             f"is the alphabet size, {floor}):", "",
+             f"is the alphabet size, {floor}; a model with less than {diagnosis.get('calibrated_mass', 0.99):.0%} "
+             "of its probability on the alphabet is under-trained on random content):", "",
              "| model | perplexity | probability on the alphabet | perplexity within the alphabet | "
              f"perplexity after position {early.rsplit('_', 1)[1]} |", "|---|---:|---:|---:|---:|"]
     for n, c in control.items():
         lines.append(f"| `{n}` | {c['perplexity']:.2f} | {c['alphabet_mass']:.3f} | "
                      f"{c['perplexity_within_alphabet']:.2f} | {c[early]:.2f} |")
-    below = [n for n, c in control.items() if c["perplexity"] < floor * 0.99]
-    flagged = [r for r in rows if r[2]["verdict"] == HARNESS_PROBLEM]
-    lo = min(c["alphabet_mass"] for c in control.values())
-    hi = max(c["alphabet_mass"] for c in control.values())
-    worst = max(c["perplexity"] for c in control.values())
-    if below:
-        lines += ["", f"**Harness broken:** {', '.join(below)} beat the floor of {floor}: no model can; look for a "
-                  "leak between training and test data."]
-    elif flagged:
-        lines += ["", f"**Verdict on the control:** no model beats the floor, and the flagged improvements are "
-                  f"calibration, not position: the models put {lo:.1%}-{hi:.1%} of their probability on the random "
-                  f"alphabet (the rest on tokens random content never contains) and are not uniform within it; the "
-                  f"worst is {worst:.1f} against {floor}. A model that learns this faster looks better on random "
-                  "content. The differences shrink as training converges; read the structured types with this "
-                  "margin in mind."]
-    else:
-        lines += ["", f"**Verdict on the control:** no significant improvement on random content at {level:.0%}, "
-                  f"and no model beats the floor of {floor}."]
-    return lines
+    return lines + ["", f"**Verdict on the control ({diagnosis['status']}):** {diagnosis['finding']}"]
 
 
 def _markdown(cfg, main, effect, sweep, best, sweep_map, control, summaries, timing, versions, command,
-              training, diagnosis) -> str:
+              training, diagnosis, status, summary, positions) -> str:
     types = main.meta["content_types"]
     lengths = main.meta["lengths"]
-    lines = [f"# Study `{cfg.name}`: positional encodings per content type", ""]
-    harness = [(m, L, d) for m, L, d in control if d["verdict"] == HARNESS_PROBLEM]
-    if harness:
-        lines += ["> **⚠ HARNESS PROBLEM:** a significant improvement on `random_content`:", ">"]
-        lines += [f"> - `{m}` at {L} tokens: {_cell(d)}" for m, L, d in harness]
-        lines.append("")
-    lines += [f"- command: `{command or 'hf-trajpe study --config ...'}`",
+    lines = [f"# Study `{cfg.name}`: positional encodings per content type", ""] + summary
+    lines += [DETAILS, "",
+              f"- command: `{command or 'hf-trajpe study --config ...'}`",
               f"- training: {training}",
               f"- evaluation: test splits ({cfg.data.test} documents per type), {len(lengths)} context lengths "
               f"({', '.join(map(str, lengths))} tokens = {', '.join(f'{m}x' for m in main.meta['length_multipliers'])} "
               f"the training length), {cfg.eval.max_sequences} sequences per type at the longest",
               f"- cells: delta of perplexity in percent, `(ppl_ref - ppl) / ppl_ref`, positive = better than the "
-              f"reference; [{cfg.eval.level:.0%} bootstrap interval over test sequences and seeds]; "
-              "▲ significantly better, ▼ significantly worse",
+              f"reference; [{cfg.eval.level:.0%} bootstrap interval over test sequences and seeds]; ▲/▼ significantly "
+              f"better/worse; = equivalent within ±{cfg.equivalence_margin:g}% (two one-sided tests at 5%); ? neither",
               _wall(timing, summaries),
               "- versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()), ""]
     for length in lengths:
-        lines += [f"## Against `{cfg.baseline}` at {length} tokens", "",
+        lines += [f"### Against `{cfg.baseline}` at {length} tokens", "",
                   "| type | " + " | ".join(f"`{n}`" for n in main.deltas) + " |",
                   "|---|" + "---:|" * len(main.deltas)]
         for t in types:
             lines.append(f"| {t} | " + " | ".join(_cell(main.deltas[n][t].get(length)) for n in main.deltas) + " |")
         lines.append("")
     if effect:
-        lines += ["## Trajectory against its own base encoding", "",
+        lines += ["### Trajectory against its own base encoding", "",
                   "The seed design's claims are about adding trajectory guidance to an encoding, so the fair "
                   "reference for each trajectory model is the same encoding without it (same seeds, same data).", ""]
         for traj, v in effect.items():
             head = " | ".join(f"{L} tokens" for L in lengths)
-            lines += [f"### `{traj}` against `{v['base']}`", "",
-                      f"| type | claimed | {head} | verdict (first length) | claim ruled out at |",
-                      "|---|---|" + "---:|" * len(lengths) + "---|---|"]
+            lines += [f"#### `{traj}` against `{v['base']}`", "",
+                      f"| type | claimed | {head} | verdict (first length) | claim (first length) | "
+                      "claim ruled out at |",
+                      "|---|---|" + "---:|" * len(lengths) + "---|---|---|"]
             for t in types:
                 c = CLAIMED_IMPROVEMENT.get(t)
                 claim = f"{c[0]:g}-{c[1]:g}%" if c else "none"
                 first = v["deltas"][t].get(lengths[0])
+                verdicts = f"{first['verdict']} | {first['claim_verdict']}" if first else "n/a | n/a"
                 lines.append(f"| {t} | {claim} | " + " | ".join(_cell(v["deltas"][t].get(L)) for L in lengths)
-                             + f" | {first['verdict'] if first else 'n/a'} | {_ruled_out(v['deltas'][t], t)} |")
+                             + f" | {verdicts} | {_ruled_out(v['deltas'][t], t)} |")
             lines += ["", "*Claim ruled out at*: the lengths where the whole interval lies below the claimed "
                       "range (the claimed improvement is excluded, even when the difference is not significant).",
                       ""]
     if sweep:
         strengths = [s for s in sweep_map if s != 0.0]
         L0 = lengths[0]
-        lines += [f"## Strength sweep: trajectory against strength 0 at {L0} tokens", "",
+        lines += [f"### Strength sweep: trajectory against strength 0 at {L0} tokens", "",
                   "Strength 0 is the base encoding exactly; models: "
                   + ", ".join(f"{s:g} = `{n}`" for s, n in sweep_map.items()) + ".", "",
                   "| type | " + " | ".join(f"{s:g}" for s in strengths)
@@ -273,15 +277,21 @@ def _markdown(cfg, main, effect, sweep, best, sweep_map, control, summaries, tim
             lines.append(f"| {t} | " + " | ".join(f"{best[t][str(L)]['best']:g}" for L in lengths)
                          + f" | {CLAIMED_STRENGTH.get(t, 'none')} |")
         lines += ["", "![strength sweep](sweep.png)", ""]
-    lines += ["## The random-content control", "",
-              "Uniform random bytes: no encoding can lower their perplexity below the alphabet's; a significant "
-              "improvement here means the harness is wrong.", "",
+    if positions:
+        lines += [f"### Where the trajectory models put their tokens ({lengths[0]} tokens, test data)", "",
+                  "Step `p_i - p_(i-1)` (1 for integer positions) and its coefficient of variation (near 0: the "
+                  "positions are a rescaled index, nothing content-dependent to use), displacement `p_i - i` "
+                  "(mean over tokens, max), share of positions clamped at the position limit; mean over seeds.", ""]
+        lines += positions_markdown(positions)
+    lines += ["### The random-content control", "",
+              "Uniform random characters: no encoding can lower their perplexity below the alphabet's. A "
+              "significant improvement here is calibration when the models are under-trained, and a broken "
+              "harness when they are not.", "",
               "| model (reference) | length | delta | verdict |", "|---|---:|---:|---|"]
-    for m, L, d in control:
-        ref = effect[m]["base"] if m in effect else cfg.baseline
+    for m, ref, L, d in status:
         lines.append(f"| `{m}` (`{ref}`) | {L} | {_cell(d)} | {d['verdict']} |")
-    lines += _control_md(diagnosis, control, cfg.eval.level) + [""]
-    lines += ["## Training", "", "| model | seeds | final train loss (mean) | tokens/s per process (mean) |",
+    lines += _control_md(control, diagnosis) + [""]
+    lines += ["### Training", "", "| model | seeds | final train loss (mean) | tokens/s per process (mean) |",
               "|---|---:|---:|---:|"]
     by: dict[str, list[dict]] = {}
     for s in summaries:

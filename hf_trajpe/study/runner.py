@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from .config import StudyConfig, experiment_config
+from .report import first_screen
 from .runs import Run, plan_runs, sweep_names
 from .train import SUMMARY, quiet_libraries, train_run
 
@@ -169,11 +170,43 @@ def run_study(cfg: StudyConfig, command: str | None = None, progress: bool = Tru
                              n_test=cfg.data.test, data_dir=out / "data", batch_size=cfg.eval.batch_size,
                              n_resamples=cfg.eval.n_resamples, level=cfg.eval.level, progress=progress)
     control = control_all(cfg, models, out / "data")
+    positions = positions_all(cfg, models, out / "data", result.meta["content_types"])
     eval_wall = time.perf_counter() - t_eval
     timing = {"train_wall_seconds": train_wall, "eval_wall_seconds": eval_wall,
               "total_wall_seconds": time.perf_counter() - wall, "training_sessions": _sessions(out)}
-    return write_study_report(cfg, result, summaries, sweep_names(cfg), timing, package_versions(), command,
-                              control)
+    paths = write_study_report(cfg, result, summaries, sweep_names(cfg), timing, package_versions(), command,
+                               control, positions)
+    log("\n" + first_screen(paths["study_md"].read_text()))  # the result, last on the screen
+    return paths
+
+
+def positions_all(cfg: StudyConfig, models: dict[str, list[str]], data_dir: Path,
+                  content_types: list[str]) -> dict[str, dict[str, dict]]:
+    """Displacement statistics (:mod:`hf_trajpe.evaluation.positions`) of every trajectory model per content
+    type, on the test tokens at the training length (the evaluation's blocks at 1x), mean over seeds."""
+    from ..data import load_tokenizer
+    from ..evaluation import content_streams, load_model
+    from ..evaluation.positions import is_trajectory, mean_statistics, position_statistics
+
+    tok = load_tokenizer(cfg.tokenizer)
+    streams = content_streams(content_types, tok, "clm", data_dir=data_dir)
+    L, longest = cfg.data.block_size, cfg.data.block_size * max(cfg.eval.length_multipliers)
+    blocks = {t: torch.tensor(s[: min(len(s) // longest, cfg.eval.max_sequences) * longest]).view(-1, L)
+              for t, s in streams.items()}
+    out: dict[str, dict[str, dict]] = {}
+    for name, folders in models.items():
+        if name in cfg.encodings and cfg.encodings[name].get("encoding") != "trajectory":
+            continue  # no need to load it to know (sweep models are trajectory)
+        per_seed: dict[str, list[dict]] = {}
+        for folder in folders:
+            model = load_model(folder)
+            if not is_trajectory(model):
+                break
+            for t, b in blocks.items():
+                per_seed.setdefault(t, []).append(position_statistics(model, b, cfg.eval.batch_size, tok))
+        if per_seed:
+            out[name] = {t: mean_statistics(v) for t, v in per_seed.items()}
+    return out
 
 
 def control_all(cfg: StudyConfig, models: dict[str, list[str]], data_dir: Path) -> dict[str, dict]:

@@ -63,7 +63,7 @@ def _canonical(opts: dict | None):
     opts = dict(opts)
     if opts.get("encoding") == "trajectory" and opts.get("strength", 0.2) == 0 and opts.get("base"):
         opts = {k: v for k, v in opts.items() if k not in _TRAJECTORY_ONLY} | {"encoding": opts["base"]}
-    cfg = PatchConfig(**opts).to_dict()
+    cfg = PatchConfig.from_options(**opts).to_dict()
     return tuple(sorted((k, str(v)) for k, v in cfg.items()))
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..training.config import ConfigError, ExperimentConfig
-from .config import StudyTrain, check_training_sections, experiment_config, patch_options
+from .config import StudyTrain, check_margin, check_training_sections, experiment_config, patch_options
 from .task_train import LOSSES
 
 __all__ = ["TaskData", "TaskEval", "TaskStudyConfig", "patch_config", "task_experiment"]
@@ -48,6 +48,7 @@ class TaskStudyConfig:
     tasks: dict  # task name -> its options ({} for the defaults; see hf_trajpe.data.tasks)
     baseline: str
     optional_encodings: list[str] = field(default_factory=list)
+    equivalence_margin: float = 2.0  # "no effect" only within ±margin accuracy points (two one-sided tests)
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     output_dir: str = "runs/study/tasks"
     report_dir: str = "outputs/study_tasks"
@@ -95,6 +96,7 @@ class TaskStudyConfig:
         if self.baseline not in available:
             raise ConfigError(f"baseline {self.baseline!r} is not one of the available encodings {list(available)}")
         check_training_sections(self)
+        check_margin(self.equivalence_margin)
         for key in ("train", "validation", "test"):
             if getattr(self.data, key) < 1:
                 raise ConfigError(f"data.{key} must be >= 1, got {getattr(self.data, key)}")

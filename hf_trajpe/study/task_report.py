@@ -1,6 +1,11 @@
 """The task study's reports: ``tasks.json`` (everything: per task, encoding and test split the exact-match
-accuracy with its intervals, answer-token accuracy, the difference to the baseline, the training
-summaries, the config, versions and timings) and ``tasks.md`` (the same as tables)."""
+accuracy with its intervals, answer-token accuracy, the difference to the baseline with its verdict, the
+trajectory models' displacement statistics, the training summaries, the config, versions and timings) and
+``tasks.md`` (a first screen of the differences to the baseline with their verdicts, then the same as tables).
+
+Verdicts are plain (:mod:`hf_trajpe.evaluation.verdicts`): better / worse / no significant difference at
+95%, each with whether the difference is equivalent within ``±equivalence_margin`` accuracy points (two
+one-sided tests: the 90% interval of the same draws inside the margin)."""
 
 from __future__ import annotations
 
@@ -10,7 +15,10 @@ from pathlib import Path
 import numpy as np
 
 from ..evaluation.answers import accuracy_intervals, paired_difference
-from .report import json_default
+from ..evaluation.positions import positions_markdown
+from ..evaluation.report import legend
+from ..evaluation.verdicts import equivalent, plain_verdict, significance
+from .report import DETAILS, json_default
 from .task_config import TaskStudyConfig
 
 __all__ = ["aggregate_task", "write_task_report"]
@@ -35,10 +43,18 @@ def aggregate_task(cfg: TaskStudyConfig, scores: dict) -> dict:
                     "n_answer_tokens": int(seeds[0].count.sum())}
             b = base.get(split)
             if name != cfg.baseline and b is not None and not isinstance(b, str):
-                cell["vs_baseline"] = paired_difference(np.stack([s.exact for s in b]).astype(np.float64), exact,
-                                                        n_res, level)
+                cell["vs_baseline"] = with_verdict(paired_difference(np.stack([s.exact for s in b]).astype(np.float64),
+                                                                     exact, n_res, level), cfg.equivalence_margin)
             out[name][split] = cell
     return out
+
+
+def with_verdict(diff: dict, margin: float) -> dict:
+    """A :func:`paired_difference` (fractions) with its verdict on the ±``margin`` points bound."""
+    ci = tuple(100 * x for x in diff["ci"])
+    ci_eq = tuple(100 * x for x in diff["ci_equivalence"])
+    return {**diff, "margin_points": margin, "significance": significance(ci), "equivalent": equivalent(ci_eq, margin),
+            "verdict": plain_verdict(ci, ci_eq, margin, unit=" points")}
 
 
 def _pct(x: float) -> str:
@@ -62,10 +78,11 @@ def _cells(agg: dict, splits: list[str], fmt) -> list[list[str]]:
 def _diff(cell: dict) -> str:
     d = cell.get("vs_baseline")
     if d is None:
-        return "(baseline)"
+        return f"{_pct(cell['exact_match']['mean'])} (baseline)"
     lo, hi = d["ci"]
-    mark = "" if lo <= 0 <= hi else (" ▲" if lo > 0 else " ▼")
-    return f"{100 * d['difference']:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]{mark}"
+    sig = "▲" if lo > 0 else ("▼" if hi < 0 else "")
+    mark = sig + ("=" if d.get("equivalent") else ("" if sig else "?"))
+    return f"{100 * d['difference']:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] {mark}"
 
 
 def _training_rows(summaries: list[dict], task: str) -> list[list[str]]:
@@ -107,11 +124,27 @@ def _task_md(cfg: TaskStudyConfig, task: str, agg: dict, result: dict, summaries
     lines += ["**Answer-token accuracy (%)**, mean over seeds:", ""]
     lines += _table(["encoding", *splits], _cells(agg, splits, lambda c: _pct(c["token_accuracy"])))
     lines += [f"**Exact match minus `{cfg.baseline}`'s (points)**, paired on the examples, 95% interval over "
-              "examples and seeds (▲/▼: the interval excludes 0):", ""]
+              "examples and seeds: " + legend(cfg.equivalence_margin, " points"), ""]
     lines += _table(["encoding", *splits], _cells(agg, splits, _diff))
+    if result.get("positions"):
+        lines += ["Where the trajectory models put their tokens, on each test split (mean over seeds): step "
+                  "`p_i - p_(i-1)` and its coefficient of variation, displacement `p_i - i`, clamped share:", ""]
+        lines += positions_markdown(result["positions"], what="split")
     lines += ["Training (mean over seeds):", ""]
     lines += _table(["encoding", "seeds", "first loss", "final loss", "s per model", "learned strength"],
                     _training_rows(summaries, task))
+    return lines
+
+
+def _summary(cfg: TaskStudyConfig, aggregated: dict) -> list[str]:
+    """The first screen: per task, every encoding's exact match minus the baseline's on every split."""
+    steps, seeds = cfg.train.steps, len(cfg.seeds)
+    lines = ["## Summary", "", f"{seeds} seed(s), {steps} training steps. Cells: exact match minus `{cfg.baseline}`'s "
+             "in points [95% interval] (the baseline's row: its own exact match in %). "
+             + legend(cfg.equivalence_margin, " points"), ""]
+    for task, agg in aggregated.items():
+        splits = list(next(iter(agg.values())))
+        lines += [f"**{task}**", ""] + _table(["encoding", *splits], _cells(agg, splits, _diff))
     return lines
 
 
@@ -121,15 +154,17 @@ def _markdown(cfg, aggregated, results, summaries, skipped, timing, versions, co
                                                   ("n_positions", "positions")) if k in m)
     lines = [f"# Task study `{cfg.name}`: exact match on tasks with known answers", "",
              "Small models trained from scratch per task, encoding and seed on the task's train split, scored "
-             "on its test splits in distribution (`test`) and out of distribution (see docs/tasks.md).", "",
-             f"- command: `{command or 'hf-trajpe study --config ...'}`",
-             f"- model: {m.get('model_type')} ({shape}); seeds {cfg.seeds}; tokenizer {cfg.tokenizer}",
-             f"- training: {cfg.train.steps} steps of {cfg.train.batch_size} examples, lr {cfg.train.lr:g}, "
-             f"loss on {'the answer tokens' if cfg.data.loss == 'answers' else 'every token'}",
-             f"- baseline: `{cfg.baseline}`; intervals: {cfg.eval.level:.0%} percentile bootstrap, "
-             f"{cfg.eval.n_resamples} resamples",
-             f"- wall time: {timing['total_wall_seconds']:.0f} s in all",
-             "- versions: " + ", ".join(f"{k} {v}" for k, v in versions.items())]
+             "on its test splits in distribution (`test`) and out of distribution (see docs/tasks.md).", ""]
+    lines += _summary(cfg, aggregated)
+    lines += [DETAILS, "",
+              f"- command: `{command or 'hf-trajpe study --config ...'}`",
+              f"- model: {m.get('model_type')} ({shape}); seeds {cfg.seeds}; tokenizer {cfg.tokenizer}",
+              f"- training: {cfg.train.steps} steps of {cfg.train.batch_size} examples, lr {cfg.train.lr:g}, "
+              f"loss on {'the answer tokens' if cfg.data.loss == 'answers' else 'every token'}",
+              f"- baseline: `{cfg.baseline}`; intervals: {cfg.eval.level:.0%} percentile bootstrap, "
+              f"{cfg.eval.n_resamples} resamples",
+              f"- wall time: {timing['total_wall_seconds']:.0f} s in all",
+              "- versions: " + ", ".join(f"{k} {v}" for k, v in versions.items())]
     lines += [f"- skipped encoding `{n}`: {why}" for n, why in skipped.items()]
     lines.append("")
     for task in cfg.tasks:
@@ -146,7 +181,8 @@ def write_task_report(cfg: TaskStudyConfig, results: dict, summaries: list[dict]
     data = {"study": cfg.name, "command": command, "config": cfg.to_dict(), "versions": versions, "timing": timing,
             "skipped_encodings": skipped, "baseline": cfg.baseline,
             "tasks": {task: {"training_length": r["length"], "mean_characters": r["lengths"],
-                             "results": aggregated[task]} for task, r in results.items()},
+                             "results": aggregated[task], "positions": r.get("positions", {})}
+                      for task, r in results.items()},
             "training": sorted(summaries, key=lambda s: (s["task"], s["name"], s["seed"]))}
     paths = {"study_json": out / "tasks.json", "study_md": out / "tasks.md"}
     paths["study_json"].write_text(json.dumps(data, indent=2, default=json_default) + "\n")

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from .config import patch_options
+from .report import first_screen
 from .runner import _check_output_dir, package_versions, train_all
 from .runs import Run
 from .task_config import TaskStudyConfig, task_experiment
@@ -74,15 +75,18 @@ def _experiment(cfg: TaskStudyConfig, run: Run, task: str, length: int) -> dict:
 
 
 def evaluate_task(cfg: TaskStudyConfig, task: str, dd, runs: list[Run], tokenizer, length: int,
-                  progress: bool = True) -> dict:
+                  progress: bool = True, positions: dict | None = None) -> dict:
     """``{encoding: {split: [AnswerScores per seed] | "skipped: why"}}`` on every test split of the task.
     ``eval.batch_size`` rows of the training ``length`` per batch: a split of longer rows gets fewer rows
-    per batch, the same number of tokens (attention memory grows with the square of the length)."""
+    per batch, the same number of tokens (attention memory grows with the square of the length).
+    ``positions``: filled with ``{encoding: {split: [displacement statistics per seed]}}`` of the trajectory
+    models, read from the scoring forwards themselves (:mod:`hf_trajpe.evaluation.positions`)."""
     from tqdm.auto import tqdm
 
     from ..data.tasks import get_task
     from ..evaluation import load_model
     from ..evaluation.answers import exact_match
+    from ..evaluation.positions import attached, summarize
 
     splits = list(get_task(task).test_splits)
     out: dict = {}
@@ -98,9 +102,12 @@ def evaluate_task(cfg: TaskStudyConfig, task: str, dd, runs: list[Run], tokenize
             longest = max(len(t) for t in dd[split]["text"])
             rows = max(1, cfg.eval.batch_size * length // max(longest, length))
             try:
-                cells[split].append(exact_match(model, dd[split], tokenizer, batch_size=rows,
-                                                n_resamples=cfg.eval.n_resamples, level=cfg.eval.level,
-                                                progress=bar.update))
+                with attached(model) as monitor:
+                    cells[split].append(exact_match(model, dd[split], tokenizer, batch_size=rows,
+                                                    n_resamples=cfg.eval.n_resamples, level=cfg.eval.level,
+                                                    progress=bar.update))
+                if monitor is not None and positions is not None:
+                    positions.setdefault(run.name, {}).setdefault(split, []).append(summarize(monitor))
             except (IndexError, RuntimeError, ValueError) as err:  # e.g. a learned position table too short
                 cells[split] = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
         del model
@@ -112,6 +119,7 @@ def evaluate_task(cfg: TaskStudyConfig, task: str, dd, runs: list[Run], tokenize
 def run_task_study(cfg: TaskStudyConfig, command: str | None = None, progress: bool = True, log=None) -> dict:
     """Train every (task, encoding, seed) of ``cfg`` (reusing finished ones), score, write the reports."""
     from ..data import load_tokenizer
+    from ..evaluation.positions import mean_statistics
     from .task_report import write_task_report
 
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
@@ -142,12 +150,17 @@ def run_task_study(cfg: TaskStudyConfig, command: str | None = None, progress: b
                                      "wall_seconds": t2 - t1}) + "\n")
         summaries += [{"task": task, **s} for s in done]
         log(f"{task}: scoring {len(runs)} models on the test splits")
-        results[task] = {"scores": evaluate_task(cfg, task, dd, runs, tokenizer, length, progress), "length": length,
-                         "lengths": {s: _mean_length(dd[s]) for s in dd}}
+        positions: dict = {}
+        results[task] = {"scores": evaluate_task(cfg, task, dd, runs, tokenizer, length, progress, positions),
+                         "length": length, "lengths": {s: _mean_length(dd[s]) for s in dd},
+                         "positions": {name: {split: mean_statistics(v) for split, v in per.items()}
+                                       for name, per in positions.items()}}
         timing["tasks"][task] = {"data_seconds": t1 - t0, "train_wall_seconds": t2 - t1, "new_models": new,
                                  "eval_wall_seconds": time.perf_counter() - t2}
     timing["total_wall_seconds"] = time.perf_counter() - wall
-    return write_task_report(cfg, results, summaries, skipped, timing, package_versions(), command)
+    paths = write_task_report(cfg, results, summaries, skipped, timing, package_versions(), command)
+    log("\n" + first_screen(paths["study_md"].read_text()))  # the result, last on the screen
+    return paths
 
 
 def _mean_length(split) -> float:

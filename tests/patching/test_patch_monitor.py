@@ -22,6 +22,7 @@ def test_monitor_records_trajectory_counters_and_detaches():
     assert stats["displacement_mean"] > 0 and stats["displacement_max"] >= stats["displacement_mean"]
     assert stats["encode_seconds"] > 0 and stats["tokens_per_second"] > 0
     assert 0 <= stats["clamped_share"] <= 1 and stats["smoothness"] >= 0
+    assert stats["steps"] == 22 and 1.0 < stats["step_mean"] <= 1.5 and stats["step_cv"] > 0
     assert handle.detach_monitor() is monitor and handle.monitor is None
     with torch.no_grad():
         model(input_ids=ids)
@@ -36,7 +37,7 @@ def test_monitor_times_non_trajectory_encodings():
         model(input_ids=random_ids(8, b=3))
     stats = monitor.as_dict()
     assert monitor.timed_calls == 1 and monitor.timed_tokens == 24 and stats["encode_seconds"] > 0
-    assert stats["displacement_mean"] == 0
+    assert stats["displacement_mean"] == 0 and stats["step_mean"] == 0 and stats["steps"] == 0
 
 
 def test_learnable_strength_is_one_dimensional_and_loads_old_scalar_state():

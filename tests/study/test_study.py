@@ -13,7 +13,7 @@ import yaml
 
 from hf_trajpe.study import load_study_config, run_study
 from hf_trajpe.study.control import random_control
-from hf_trajpe.study.report import best_strength
+from hf_trajpe.study.report import DETAILS, best_strength, first_screen
 from hf_trajpe.study.runs import plan_runs, sweep_names
 from hf_trajpe.training.config import ConfigError
 
@@ -169,6 +169,23 @@ def test_tiny_study_end_to_end_and_resume(tmp_path):
     assert set(eff) == {"32", "64", "128"} and all(math.isfinite(v["delta_pct"]) for v in eff.values())
     md = paths["study_md"].read_text()
     assert "## Strength sweep" in md and "random-content control" in md and "Verdict on the control" in md
+    # the first screen: trajectory vs its base with claims, the encodings vs the baseline without, the control
+    screen = first_screen(md)
+    assert screen.startswith("# Study") and "## Summary at the training length (32 tokens)" in screen
+    assert "`trajectory_auto` vs `sinusoidal`" in screen and "`sinusoidal` vs `learned`" in screen
+    assert "Random-content control" in screen and DETAILS not in screen and "HARNESS PROBLEM" not in screen
+    assert study["control_diagnosis"]["status"] in ("clean", "calibration", "failed", "broken")
+    first = eff["32"]
+    assert first["claim_verdict"] and first["verdict"].startswith(("better", "worse", "no significant"))
+    report = json.loads(paths["json"].read_text())
+    assert all("claim_verdict" not in d for per_t in report["deltas"].values() for per_l in per_t.values()
+               for d in per_l.values())  # no claims beside the baseline comparisons
+    types = set(study["trajectory_effect"]["trajectory_auto"]["deltas"])
+    assert set(study["positions"]) == {"trajectory_auto", "sweep_strength_0.3"}  # trajectory models only
+    assert set(study["positions"]["trajectory_auto"]) == types
+    stats = study["positions"]["sweep_strength_0.3"]["linear_progression"]
+    assert 1.0 < stats["step_mean"] <= 1.3 and stats["displacement_max"] > 0 and stats["clamped_share"] == 0.0
+    assert "## Where the trajectory models put their tokens" in paths["markdown"].read_text()
     sessions = (tmp_path / "runs" / "training_sessions.jsonl").read_text().splitlines()
     assert len(sessions) == 1 and json.loads(sessions[0])["models"] == 8
 

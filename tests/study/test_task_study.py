@@ -58,7 +58,8 @@ def test_tiny_task_study_end_to_end_and_resume(tmp_path):
                  "eval.n_resamples=20", "eval.batch_size=4",
                  # the sparse split (3 symbols among 40 blanks: 47 tokens) is longer than the 32 learned positions
                  "tasks={selective_copy: {tokens: 3, blanks: 3, blanks_sparse: 40, blanks_dense: 1}}",
-                 f"encodings={{learned: {{encoding: native}}, future: {MISSING}}}", "optional_encodings=[future]"]
+                 "encodings={learned: {encoding: native}, traj: {encoding: trajectory, base: alibi, strength: 0.2}, "
+                 f"future: {MISSING}}}", "optional_encodings=[future]", "equivalence_margin=3"]
     cfg = load_study_config(TASKS, overrides=overrides)
     paths = run_study(cfg, command="test", progress=False, log=lambda m: None)
     study = json.loads(paths["study_json"].read_text())
@@ -68,11 +69,20 @@ def test_tiny_task_study_end_to_end_and_resume(tmp_path):
         em = results[split]["exact_match"]
         assert 0 <= em["mean"] <= 1 and em["n_examples"] == 6 and em["ci"][0] <= em["mean"] <= em["ci"][1]
     assert results["test_ood_sparse"]["skipped"].startswith("IndexError")
-    assert study["skipped_encodings"].keys() == {"future"} and len(study["training"]) == 1
+    assert study["skipped_encodings"].keys() == {"future"} and len(study["training"]) == 2
+    vs = study["tasks"]["selective_copy"]["results"]["traj"]["test"]["vs_baseline"]
+    assert vs["margin_points"] == 3 and vs["verdict"].startswith(("better", "worse", "no significant difference"))
+    assert vs["ci"][0] <= vs["ci_equivalence"][0] <= vs["ci_equivalence"][1] <= vs["ci"][1]
+    stats = study["tasks"]["selective_copy"]["positions"]["traj"]["test"]
+    assert 1.0 < stats["step_mean"] <= 1.2 and stats["displacement_max"] > 0
+    assert set(study["tasks"]["selective_copy"]["positions"]) == {"traj"}
     assert study["tasks"]["selective_copy"]["training_length"] == 10
     md = paths["study_md"].read_text()
     assert "## selective_copy" in md and "| `learned` |" in md and "skipped encoding `future`" in md
+    assert md.index("## Summary") < md.index("## Details") < md.index("## selective_copy")
+    assert "within ±3 points" in md and "mean step" in md
     folder = tmp_path / "runs" / "models" / "selective_copy" / "learned_s0"
+    # the trajectory model's positions come from the scoring forwards: every split it ran
     assert (folder / "experiment.yaml").is_file() and (folder / "train_summary.json").is_file()
 
     # run again: the model is reused, nothing trains, the report is rewritten
@@ -80,3 +90,4 @@ def test_tiny_task_study_end_to_end_and_resume(tmp_path):
     run_study(cfg, command="test", progress=False, log=lambda m: None)
     assert (folder / "model.safetensors").stat().st_mtime_ns == before
     assert len((tmp_path / "runs" / "training_sessions.jsonl").read_text().splitlines()) == 1
+    assert json.loads(paths["study_json"].read_text())["tasks"]["selective_copy"]["positions"]["traj"]
