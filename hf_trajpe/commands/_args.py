@@ -133,7 +133,7 @@ def content_type(text: str) -> str:
     """A registered content-type name (``hf_trajpe.data``)."""
     from ..data.registry import names  # light: hf_trajpe.data imports datasets only to build
 
-    known = names()
+    known = names(all_types=True)
     if text not in known:
         raise Error(f"unknown content type {text!r}; choose from {', '.join(known)}")
     return text

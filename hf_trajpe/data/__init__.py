@@ -9,7 +9,16 @@ Seven types, registered by name in :data:`CONTENT_TYPE_REGISTRY` (one module eac
 Importing this package imports no heavy library; ``datasets`` is imported when a dataset is built.
 """
 
-from . import circular, code, convergent, dialogue, divergent, linear, random_content  # noqa: F401  (register)
+from . import (  # noqa: F401  (register)
+    circular,
+    code,
+    convergent,
+    dialogue,
+    divergent,
+    linear,
+    random_content,
+    real_text,  # noqa: F401  (registers real_text, used only where named)
+)
 from .build import (
     DEFAULT_MIN_CHARS,
     DEFAULT_SIZES,

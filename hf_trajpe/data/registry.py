@@ -29,6 +29,7 @@ class ContentType:
     description: str
     origin: str  # "generated" or "real" (+ generated part), for the docs and the report
     make_splits: Callable[..., dict[str, list[Row]]]
+    default: bool = True  # in names(): the content-type study's mix and the default of every command
 
 
 CONTENT_TYPE_REGISTRY: dict[str, ContentType] = {}
@@ -41,12 +42,14 @@ def register(content_type: ContentType) -> ContentType:
     return content_type
 
 
-def names() -> list[str]:
-    """Registered names, the seven of docs/spec.md, section 3, first (in its order), then any others."""
+def names(all_types: bool = False) -> list[str]:
+    """Registered names, the seven of docs/spec.md, section 3, first (in its order), then any others;
+    ``all_types``: also those registered with ``default=False`` (``real_text``), which are used only
+    where named."""
     from ..content import CONTENT_TYPES
 
-    return [n for n in CONTENT_TYPES if n in CONTENT_TYPE_REGISTRY] + sorted(
-        n for n in CONTENT_TYPE_REGISTRY if n not in CONTENT_TYPES)
+    wanted = [n for n, c in CONTENT_TYPE_REGISTRY.items() if all_types or c.default]
+    return [n for n in CONTENT_TYPES if n in wanted] + sorted(n for n in wanted if n not in CONTENT_TYPES)
 
 
 def get(name: str) -> ContentType:

@@ -187,7 +187,7 @@ class DataConfig:
         if self.order not in ORDERS:
             raise ConfigError(f"{where}.order: {self.order!r} is not one of {ORDERS}{_suggest(self.order, ORDERS)}")
 
-        known = list(names())
+        known = list(names(all_types=True))
         for t in self.content_types:
             if t not in known:
                 raise ConfigError(f"{where}.content_types: unknown content type {t!r}{_suggest(t, known)}")
@@ -251,6 +251,7 @@ class TrainConfig:
     mixed_precision: str = "auto"
     log_every: int = 1
     eval_every: int = 0  # 0: evaluate at the end only
+    eval_at_start: bool = False  # also evaluate the patched model before its first step (a run from step 0)
     save_every: int = 0  # 0: checkpoint at the end (and on SIGTERM) only
     keep_last: int = 2
     stop_after: int | None = None

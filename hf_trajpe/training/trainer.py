@@ -262,6 +262,8 @@ class Trainer(StopControl, RunReport, RunSaving):
                 acc.set_trigger()
             if acc.check_trigger():
                 reason = self._signal_name()
+        if t.eval_at_start and self.step == 0 and reason == "done" and not self.eval_history:
+            self.evaluate()  # step 0: the model as patched, before any training (where a recovery curve starts)
         while self.step < t.max_steps and reason == "done":
             step_start = time.perf_counter()
             step_loss = torch.zeros((), device=acc.device)

@@ -23,7 +23,7 @@ from .runs import RECIPE, TINY, descendants, env, launcher_cmd, losses, rank_sum
 #: trajectory with a learnable strength, warm-up + linear decay, gradient accumulation, evaluation mid-run
 RESUME = ["encoding.name=trajectory", "encoding.options={strength: 0.3, learnable_strength: true}",
           "train.max_steps=8", "schedule.warmup_steps=2", "train.gradient_accumulation_steps=2",
-          "train.eval_every=4", "train.save_every=0"]
+          "train.eval_every=4", "train.save_every=0", "train.eval_at_start=true"]
 
 
 def max_abs_diff(a: dict, b: dict) -> float:
@@ -50,7 +50,8 @@ def test_resumed_run_has_the_uninterrupted_loss_curve_and_saves_a_reloadable_mod
     assert a[8] < a[1], "the loss must fall"
     ea = {(e["step"], t): v["loss"] for e in _eval(full) for t, v in e.items() if t != "step"}
     eb = {(e["step"], t): v["loss"] for e in _eval(split) for t, v in e.items() if t != "step"}
-    assert sorted(ea) == sorted(eb) and {s for s, _ in ea} == {4, 8} and len(ea) == 14
+    # step 0 (eval_at_start) once: the resumed run does not evaluate its start again
+    assert sorted(ea) == sorted(eb) and {s for s, _ in ea} == {0, 4, 8} and len(ea) == 21
     assert max_abs_diff(ea, eb) <= 1e-6
 
     # the final model reloads with its patch (learnable strength included) and gives the same outputs
