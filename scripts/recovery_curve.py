@@ -42,21 +42,43 @@ ENCODINGS = {
 }
 
 
+class RunFailed(RuntimeError):
+    """A recipe or evaluation process ended with an error (its own message is above in the output)."""
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
+def _run(cmd: list[str], what: str) -> None:
+    try:
+        subprocess.run(cmd, check=True, cwd=ROOT, env=_env())
+    except subprocess.CalledProcessError as err:
+        raise RunFailed(f"{what} failed with exit status {err.returncode} (its message is above); fix that and run "
+                        "this command again: finished runs are kept and an interrupted one resumes") from None
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", type=Path, default=BASE, help="base experiment config (default: %(default)s)")
     p.add_argument("--encodings", nargs="+", default=list(ENCODINGS), choices=list(ENCODINGS))
-    p.add_argument("--steps", type=int, default=None, help="train.max_steps (default: the config's)")
+    p.add_argument("--steps", type=_positive, default=None, help="train.max_steps (default: the config's)")
     p.add_argument("--runs", type=Path, default=ROOT / "runs/recovery", help="run folders (default: %(default)s)")
     p.add_argument("--out", type=Path, default=ROOT / "docs/results/recovery", help="report folder")
-    p.add_argument("--real-sequences", type=int, default=16,
+    p.add_argument("--real-sequences", type=_positive, default=16,
                    help="real_text test blocks at 4x the training length (default: %(default)s)")
-    p.add_argument("--type-sequences", type=int, default=2,
+    p.add_argument("--type-sequences", type=_positive, default=2,
                    help="test blocks per content type at 4x the training length (default: %(default)s)")
-    p.add_argument("--threads", type=int, default=None,
+    p.add_argument("--threads", type=_positive, default=None,
                    help="CPU threads of each run (accelerate's --num_cpu_threads_per_process; default: accelerate's "
-                        "choice, all cores). 1 on a machine shared with other jobs: 2 threads that wait for each "
-                        "other's core made a step 20 times slower here")
+                        "choice, all cores). 1 on a machine shared with other jobs: there, 2 threads that wait for "
+                        "each other's core made a step 6 times slower (80 s against 12-13 s)")
     p.add_argument("--no-eval", action="store_true", help="the curves only, no evaluation at 1x/2x/4x")
     return p.parse_args(argv)
 
@@ -95,7 +117,7 @@ def train(encoding: str, cfg: dict, out: Path, threads: int | None) -> float:
         cmd.append("--resume")
     print(f"[recovery] {encoding}: {' '.join(cmd[2:])}", flush=True)
     start = time.perf_counter()
-    subprocess.run(cmd, check=True, cwd=ROOT, env=_env())
+    _run(cmd, f"the {encoding} run")
     seconds = time.perf_counter() - start
     seconds_file.write_text(f"{seconds:.1f}\n")
     return seconds
@@ -132,7 +154,7 @@ def evaluate(cfg: dict, runs: Path, encodings: list[str], out: Path, types: list
             "--lengths", "1", "2", "4", "--tokenizer", source, "--max-sequences", str(max_sequences),
             "--n-test", str(cfg["data"]["test"]), "--batch-size", "2", "--out", str(out / name), "--no-progress"]
     print(f"[recovery] evaluation: {' '.join(cmd[2:])}", flush=True)
-    subprocess.run(cmd, check=True, cwd=ROOT, env=_env())
+    _run(cmd, f"the evaluation {name}")
 
 
 def steps_to_stock(points: list[dict], stock: float) -> int | None:
@@ -195,4 +217,8 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except RunFailed as err:
+        print(f"recovery_curve.py: error: {err}", file=sys.stderr)
+        sys.exit(2)
