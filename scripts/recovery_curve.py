@@ -161,9 +161,11 @@ def steps_to_stock(points: list[dict], stock: float) -> int | None:
     return next((p["step"] for p in points if p["perplexity"] <= stock), None)
 
 
-def write_report(out: Path, curves: dict, stock: float | None, seconds: dict, cfg: dict, evaluated: bool) -> None:
+def write_report(out: Path, curves: dict, stock: float | None, seconds: dict, cfg: dict, evaluated: bool,
+                 threads: int | None) -> None:
     steps = sorted({p["step"] for c in curves.values() for p in c})
-    lines = ["# Recovery after swapping the encoding of SmolLM2-135M-Instruct", "",
+    model = Path(str(cfg["model"]["path"]).split(":", 1)[-1]).name
+    lines = [f"# Recovery after swapping the encoding of `{model}`", "",
              f"Command: `python scripts/recovery_curve.py {' '.join(sys.argv[1:])}`".rstrip() + ".", "",
              f"LoRA r {cfg['model']['lora']['r']} on every projection, {cfg['train']['batch_size']} x "
              f"{cfg['data']['block_size']} tokens a step, lr {cfg['optimizer']['lr']} ({cfg['schedule']['name']}), "
@@ -182,10 +184,11 @@ def write_report(out: Path, curves: dict, stock: float | None, seconds: dict, cf
             + "."]
     tokens = cfg["train"]["batch_size"] * cfg["data"]["block_size"]
     per_step = {e: seconds_per_step(Path(cfg["output_dir"]).parent / e, tokens) for e in curves}
-    lines += ["", "Training seconds per step (median of the logged windows; one thread on a 2-core CPU shared with "
-              "other jobs): " + ", ".join(f"{e} {s:.1f}" for e, s in per_step.items()) + ". Wall time per run "
-              "(s; loading, evaluations and saving included): " + ", ".join(f"{e} {s:.0f}" for e, s in seconds.items())
-              + ".", ""]
+    steps_text = ", ".join(f"{e} {s:.1f}" for e, s in per_step.items())
+    wall_text = ", ".join(f"{e} {s:.0f}" for e, s in seconds.items())
+    lines += ["", f"Training seconds per step (median of the logged windows; {threads or 'all'} thread(s) per run, "
+              f"{os.cpu_count()} CPU cores): {steps_text}. Wall time per run (s; loading, evaluations and saving "
+              f"included): {wall_text}.", ""]
     if evaluated or (out / "eval_real_text" / "report.md").is_file():
         lines += ["The final models against the stock model at 1x, 2x and 4x the training length: on the held-out "
                   "real_text files, [eval_real_text/report.md](eval_real_text/report.md); per content type, "
@@ -211,7 +214,7 @@ def main(argv=None) -> int:
 
         evaluate(cfg, args.runs, args.encodings, args.out, ["real_text"], args.real_sequences, "eval_real_text")
         evaluate(cfg, args.runs, args.encodings, args.out, names(), args.type_sequences, "eval_types")
-    write_report(args.out, curves, stock, seconds, cfg, not args.no_eval)
+    write_report(args.out, curves, stock, seconds, cfg, not args.no_eval, args.threads)
     print((args.out / "recovery.md").read_text())
     return 0
 

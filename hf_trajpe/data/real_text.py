@@ -12,10 +12,12 @@ Four kinds of document, one per file:
 
 **Split by file**, not by document: a file's SHA-256 (of its path under its root) puts it in test
 (10%), validation (5%) or train, so a module's docstrings are in the same split as its source, and the
-test split shares no file with train. Within a split the kinds take turns (so every kind is in every
-split while it has files), each kind's files in the order of their hashes. A document is cut at
-``MAX_CHARS``; shorter than ``min_chars``: skipped. What is found depends on what is installed: the
-source of each row says which file it came from, and a kind with no files is left out with a warning.
+test split shares no file with train. Symbolic links are skipped (a link is another name for a page
+already read under its own name, which could put one text in two splits). Within a split the kinds
+take turns (so every kind is in every split while it has files), each kind's files in the order of
+their hashes. A document is cut at ``MAX_CHARS``; shorter than ``min_chars``: skipped. What is found
+depends on what is installed: the source of each row says which file it came from, and a kind with no
+files is left out with a warning.
 
 Not in :func:`hf_trajpe.data.registry.names` (the content-type study's mix): name it in
 ``data.content_types``.
@@ -90,7 +92,7 @@ def _unescape(line: str) -> str:
         whole = m.group(1)
         if whole[0] in "f*snkg" and len(whole) > 1:  # fonts, strings, sizes, registers: no text
             return ""
-        return _ESCAPES.get(whole, whole if whole.isalnum() else whole)
+        return _ESCAPES.get(whole, whole)
 
     return _ESCAPE.sub(one, line)
 
@@ -126,20 +128,20 @@ def _read(path: Path) -> str:
 def _stdlib_files() -> list[tuple[str, Path]]:
     root = stdlib_dir()
     return [(p.relative_to(root).as_posix(), p) for p in sorted(root.rglob("*.py"))
-            if not EXCLUDED_DIRS.intersection(p.relative_to(root).parts)]
+            if not EXCLUDED_DIRS.intersection(p.relative_to(root).parts) and not p.is_symlink()]
 
 
 def _license_files() -> list[tuple[str, Path]]:
     if not LICENSE_DIR.is_dir():
         return []
-    return [(p.name, p) for p in sorted(LICENSE_DIR.iterdir()) if p.is_file()]
+    return [(p.name, p) for p in sorted(LICENSE_DIR.iterdir()) if p.is_file() and not p.is_symlink()]
 
 
 def _man_files() -> list[tuple[str, Path]]:
     if not MAN_DIR.is_dir():
         return []
     return [(p.relative_to(MAN_DIR).as_posix(), p) for section in range(1, 9)
-            for p in sorted((MAN_DIR / f"man{section}").glob("*")) if p.is_file()]
+            for p in sorted((MAN_DIR / f"man{section}").glob("*")) if p.is_file() and not p.is_symlink()]
 
 
 def _man_text(path: Path) -> str:
@@ -171,9 +173,10 @@ def make_splits(sizes: Mapping[str, int], seed: int, min_chars: int, progress: P
     order of a file depend on its path only, so every seed sees the same test files)."""
     del seed
     out: dict[str, list[Row]] = {}
+    empty = {kind for kind, (files, _) in KINDS.items() if not files()}  # nothing of this kind on the machine
     for split in SPLITS:
         want = int(sizes.get(split, 0))
-        streams = {kind: _documents(kind, split, min_chars) for kind in KINDS}
+        streams = {kind: _documents(kind, split, min_chars) for kind in KINDS if kind not in empty}
         rows: list[Row] = []
         while len(rows) < want and streams:
             for kind in list(streams):
@@ -192,9 +195,8 @@ def make_splits(sizes: Mapping[str, int], seed: int, min_chars: int, progress: P
             warnings.warn(f"real_text: only {len(rows)} documents for the {split} split (asked for {want})",
                           stacklevel=2)
         out[split] = rows
-    missing = [kind for kind in KINDS if not any(r["source"].startswith(kind + ":") for s in out.values() for r in s)]
-    if missing and any(sizes.values()):
-        warnings.warn(f"real_text: no {', '.join(missing)} documents on this machine; the others are used",
+    if empty and any(sizes.values()):
+        warnings.warn(f"real_text: no {', '.join(sorted(empty))} documents on this machine; the others are used",
                       stacklevel=2)
     return out
 

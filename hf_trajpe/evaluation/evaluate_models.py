@@ -192,7 +192,7 @@ def evaluate_models(models: Mapping[str, object], baseline: str | None = None, c
               "tokenizer": tokenizer if isinstance(tokenizer, str) else type(tok).__name__,
               "block_size": block_size, "length_multipliers": multipliers, "lengths": lengths,
               "content_types": content_types, "tokens_per_type": budget, "n_test_documents": n_test,
-              "data": str(data_dir) if data_dir else f"generated test splits, seed {data_seed}",
+              "data": str(data_dir) if data_dir else f"test splits built here (hf_trajpe.data), seed {data_seed}",
               "n_resamples": n_resamples, "level": level, "bootstrap_seed": bootstrap_seed,
               "equivalence_margin": equivalence_margin,
               "delta_definition": "(ppl_base - ppl_enc) / ppl_base * 100; positive = better than baseline"},

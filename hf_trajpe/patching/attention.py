@@ -83,9 +83,12 @@ def key_bias_attention(st: PatchState, stock: Callable, module, query: torch.Ten
     """A causal bias that factors into a query and a key term (causal ALiBi: ``Scheme.key_bias``) as one
     more q/k dimension (key_bias.py): ``stock`` (sdpa) keeps its fused causal kernel and gets no float
     mask. ``None`` where this does not apply: a single query (decoding: a bias row ``[b, h, 1, t]`` is
-    cheaper than copying the cached keys and values with a column more), 16-bit dtypes, no factoring."""
+    cheaper than copying the cached keys and values with a column more), 16-bit dtypes, no factoring, and
+    devices other than the CPU (a head width of d + 1 is not aligned for CUDA's fused float32 kernels, which
+    would fall back to the math kernel and its full score matrix; there, use the float mask or flex)."""
     key_bias = getattr(st.scheme, "key_bias", None)
-    if key_bias is None or query.shape[2] < 2 or query.dtype not in KEY_BIAS_DTYPES:
+    if (key_bias is None or query.shape[2] < 2 or query.dtype not in KEY_BIAS_DTYPES
+            or query.device.type != "cpu"):
         return None
     memo = st.step.memo
     memo_key = ("key_bias", query.shape[1])

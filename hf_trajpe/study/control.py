@@ -95,9 +95,10 @@ def diagnose_control(rows: list[tuple[str, str, int, dict]], diagnosis: dict[str
                      f"that is calibration, not content. These models are under-trained: they put only "
                      f"{masses[0]:.1%}-{masses[-1]:.1%} of their probability on the {floor} characters random content "
                      f"is drawn from (a trained model: {calibrated_mass:.0%} or more), and their perplexity within "
-                     f"those characters is {within[0]:.1f}-{within[-1]:.1f} against the floor of {floor}; none is "
-                     "below the floor. A model that learns the alphabet sooner looks better here and, by as much, on "
-                     "every type: read each delta beside the random-content delta of the same pair.")
+                     f"those characters is {within[0]:.1f}-{within[-1]:.1f} against the floor of {floor}"
+                     + ("" if below else "; none is below the floor")
+                     + ". A model that learns the alphabet sooner looks better here and, by as much, on every type: "
+                     "read each delta beside the random-content delta of the same pair.")
     if not words:
         words.append(f"no model improves random content significantly and none beats the floor of {floor} "
                      f"(probability on the alphabet {masses[0]:.1%}-{masses[-1]:.1%}).")

@@ -168,7 +168,8 @@ def run_study(cfg: StudyConfig, command: str | None = None, progress: bool = Tru
     result = evaluate_models(models, baseline=cfg.baseline, tokenizer=cfg.tokenizer, block_size=cfg.data.block_size,
                              length_multipliers=cfg.eval.length_multipliers, max_sequences=cfg.eval.max_sequences,
                              n_test=cfg.data.test, data_dir=out / "data", batch_size=cfg.eval.batch_size,
-                             n_resamples=cfg.eval.n_resamples, level=cfg.eval.level, progress=progress)
+                             n_resamples=cfg.eval.n_resamples, level=cfg.eval.level, progress=progress,
+                             equivalence_margin=cfg.equivalence_margin)
     control = control_all(cfg, models, out / "data")
     positions = positions_all(cfg, models, out / "data", result.meta["content_types"])
     eval_wall = time.perf_counter() - t_eval

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import warnings
 from collections import Counter
 
 import pytest
@@ -54,6 +55,9 @@ def machine(tmp_path, monkeypatch):
     for i in range(30):
         body = ".so man1/x.1\n" if i == 0 else f".SH NAME\ntool{i} \\- does things\n" + "Some words here.\n" * 30
         (man / "man1" / f"tool{i}.1.gz").write_bytes(gzip.compress(body.encode()))
+    for i in range(1, 30):  # links: other names of pages read under their own names (skipped)
+        (man / "man1" / f"alias{i}.1.gz").symlink_to(man / "man1" / f"tool{i}.1.gz")
+    (lic / "LICENSE").symlink_to(lic / "LICENSE-0")
     monkeypatch.setattr(real_text, "stdlib_dir", lambda: lib)
     monkeypatch.setattr(real_text, "LICENSE_DIR", lic)
     monkeypatch.setattr(real_text, "MAN_DIR", man)
@@ -76,9 +80,15 @@ def test_splits_are_by_file_deterministic_and_mix_the_kinds(machine):
             kind, key = row["source"].split(":", 1)
             assert real_text.split_of(key) == split
             assert kind in real_text.KINDS and len(row["text"]) >= 100
+    texts = {split: {r["text"] for r in rows} for split, rows in out.items()}
+    assert not texts["test"] & (texts["train"] | texts["validation"]), "one text in two splits"
+    assert not any("alias" in r["source"] or r["source"] == "license:LICENSE" for rows in out.values() for r in rows)
     kinds = Counter(r["source"].split(":")[0] for r in out["train"])
     assert set(kinds) == {"stdlib", "docstrings", "license", "man"}, kinds
     assert not any("test_skip" in r["source"] or r["source"] == "man:man1/tool0.1.gz" for r in out["train"])
+    with warnings.catch_warnings():  # a small split that does not reach every kind is not "missing" a kind
+        warnings.simplefilter("error")
+        real_text.make_splits({"train": 2}, seed=0, min_chars=100)
     # a larger train split starts with the same documents
     assert real_text.make_splits({"train": 20}, seed=0, min_chars=100)["train"] == out["train"][:20]
 
