@@ -11,7 +11,7 @@ export TOKENIZERS_PARALLELISM ?= false
 install: .installed
 
 run: .installed
-	$(PYTHON) -m hf_trajpe study --config configs/study/default.yaml --quick
+	$(PYTHON) -m hf_trajpe study --quick --config configs/study/tasks.yaml --config configs/study/default.yaml
 
 test: .installed
 	$(PYTHON) -m pytest -m "not slow and not gguf" -q

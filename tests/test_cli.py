@@ -6,6 +6,7 @@ import importlib
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -202,3 +203,33 @@ def test_demo_writes_plot_and_table(tmp_path):
     table = (tmp_path / "demo.md").read_text()
     assert "| # | token | step | displacement | position |" in table
     assert "tiny GPT-2" in table
+
+
+def test_study_runs_several_configs_in_order_and_ends_with_every_summary(tmp_path, capsys):
+    import yaml
+
+    root = Path(__file__).resolve().parents[1]
+    tiny = {"workers": 1, "seeds": [0], "model": {"n_layer": 1, "n_embd": 16, "n_head": 2, "n_positions": 64},
+            "train": {"steps": 2, "warmup_steps": 1, "log_every": 1},
+            "data": {"train": 8, "validation": 2, "test": 4}, "eval": {"n_resamples": 20, "batch_size": 4},
+            "per_task": {}, "comparisons": [["rope", "learned"]],
+            "encodings": {"learned": {"encoding": "native"}, "rope": {"encoding": "rope"}}}
+    configs = []
+    for name, tasks in (("a", {"selective_copy": {"tokens": 3, "blanks": 3, "blanks_sparse": 6, "blanks_dense": 1}}),
+                        ("b", {"counting": {"min_steps": 3, "max_steps": 4, "ood_min_steps": 5, "ood_max_steps": 6}})):
+        data = yaml.safe_load((root / "configs" / "study" / "tasks.yaml").read_text())
+        for key, value in tiny.items():
+            data[key] = {**data[key], **value} if isinstance(value, dict) and key in ("model", "train", "data",
+                                                                                      "eval") else value
+        data.update(tasks=tasks, name=name, output_dir=str(tmp_path / name / "runs"),
+                    report_dir=str(tmp_path / name / "report"))
+        configs += ["--config", str(tmp_path / f"{name}.yaml")]
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(data))
+    assert main(["study", *configs, "eval.n_resamples=10"]) == 2
+    assert "overrides apply to one study" in capsys.readouterr().err
+    assert main(["study", "--no-progress", *configs]) == 0
+    out = capsys.readouterr()
+    assert (tmp_path / "a" / "report" / "tasks.md").is_file() and (tmp_path / "b" / "report" / "tasks.md").is_file()
+    tail = out.err[out.err.rindex("# Task study `a`"):]  # both summaries, in order, last on the screen
+    assert "**selective_copy**" in tail and tail.index("# Task study `b`") > tail.index("**selective_copy**")
+    assert "**counting**" in tail and out.err.count("# Task study `a`") == 1

@@ -130,8 +130,10 @@ def train_all(cfg: StudyConfig, runs: list[Run], blocks_path: Path, log, experim
     return summaries
 
 
-def run_study(cfg: StudyConfig, command: str | None = None, progress: bool = True, log=None) -> dict[str, Path]:
-    """Train every run of ``cfg`` (reusing finished ones), evaluate, write the reports; returns their paths."""
+def run_study(cfg: StudyConfig, command: str | None = None, progress: bool = True, log=None,
+              summary: bool = True) -> dict[str, Path]:
+    """Train every run of ``cfg`` (reusing finished ones), evaluate, write the reports; returns their paths.
+    ``summary``: end with the report's first screen on ``log`` (off where a caller shows several studies')."""
     from ..evaluation import evaluate_models
     from .report import write_study_report
     from .task_config import TaskStudyConfig
@@ -139,7 +141,7 @@ def run_study(cfg: StudyConfig, command: str | None = None, progress: bool = Tru
     if isinstance(cfg, TaskStudyConfig):
         from .task_runner import run_task_study
 
-        return run_task_study(cfg, command=command, progress=progress, log=log)
+        return run_task_study(cfg, command=command, progress=progress, log=log, summary=summary)
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     quiet_libraries()
     wall = time.perf_counter()
@@ -177,7 +179,8 @@ def run_study(cfg: StudyConfig, command: str | None = None, progress: bool = Tru
               "total_wall_seconds": time.perf_counter() - wall, "training_sessions": _sessions(out)}
     paths = write_study_report(cfg, result, summaries, sweep_names(cfg), timing, package_versions(), command,
                                control, positions)
-    log("\n" + first_screen(paths["study_md"].read_text()))  # the result, last on the screen
+    if summary:
+        log("\n" + first_screen(paths["study_md"].read_text()))  # the result, last on the screen
     return paths
 
 

@@ -7,6 +7,13 @@ experiment config per run (:func:`~hf_trajpe.study.config.experiment_config`, wi
 entry whose encoding ``hf_trajpe.patch`` does not know is then skipped, with the reason in the report,
 instead of failing the config. Any other unknown encoding fails as in the content study. A scheme's own
 options (``npos_max``) are written flat, as ``hf_trajpe.patch`` takes them.
+
+``per_task`` sizes each task on its own: ``{task: {encodings: [names], train: {steps: N, ...}, data: {...}}}``
+trains only those encodings on that task (the baseline always among them) with those ``train`` and ``data``
+fields replaced, so a study that must fit a time budget can give a hard task more steps, another loss, and a
+cheap comparison fewer models.
+``comparisons`` lists ``[model, reference]`` pairs compared besides the baseline (paired on the examples,
+where both were trained on a task): trajectory against its own base encoding, CoPE against RoPE.
 """
 
 from __future__ import annotations
@@ -58,6 +65,8 @@ class TaskStudyConfig:
     train: StudyTrain = field(default_factory=StudyTrain)
     eval: TaskEval = field(default_factory=TaskEval)
     quick: list[str] = field(default_factory=list)
+    per_task: dict = field(default_factory=dict)  # task -> {encodings: [names], train: {...}, data: {...}}
+    comparisons: list[list[str]] = field(default_factory=list)  # [[model, reference], ...] besides the baseline
 
     def unavailable(self) -> dict[str, str]:
         """Optional encodings this install cannot patch with: ``{name: why}``."""
@@ -71,6 +80,26 @@ class TaskStudyConfig:
     def available_encodings(self) -> dict[str, dict]:
         skip = self.unavailable()
         return {name: opts for name, opts in self.encodings.items() if name not in skip}
+
+    def task_encodings(self, task: str) -> dict[str, dict]:
+        """The available encodings trained on ``task`` (``per_task.<task>.encodings``, else all)."""
+        available = self.available_encodings()
+        names = (self.per_task.get(task) or {}).get("encodings")
+        return available if names is None else {n: available[n] for n in names if n in available}
+
+    def for_task(self, task: str) -> TaskStudyConfig:
+        """This config with ``per_task.<task>.train`` and ``.data`` applied: what ``task``'s runs train with."""
+        plan = self.per_task.get(task) or {}
+        train, data = plan.get("train") or {}, plan.get("data") or {}
+        if not train and not data:
+            return self
+        return dataclasses.replace(self, train=dataclasses.replace(self.train, **train),
+                                   data=dataclasses.replace(self.data, **data))
+
+    def task_comparisons(self, task: str) -> list[tuple[str, str]]:
+        """The ``comparisons`` pairs whose two encodings were both trained on ``task``."""
+        names = self.task_encodings(task)
+        return [(a, b) for a, b in self.comparisons if a in names and b in names]
 
     def validate(self) -> TaskStudyConfig:
         from ..data.tasks import get_task
@@ -96,12 +125,9 @@ class TaskStudyConfig:
         if self.baseline not in available:
             raise ConfigError(f"baseline {self.baseline!r} is not one of the available encodings {list(available)}")
         check_training_sections(self)
+        self._check_per_task(available)
         check_margin(self.equivalence_margin)
-        for key in ("train", "validation", "test"):
-            if getattr(self.data, key) < 1:
-                raise ConfigError(f"data.{key} must be >= 1, got {getattr(self.data, key)}")
-        if self.data.loss not in LOSSES:
-            raise ConfigError(f"data.loss: {self.data.loss!r} is not one of {LOSSES}")
+        _check_data(self.data)
         if self.eval.n_resamples < 1 or not 0 < self.eval.level < 1 or self.eval.batch_size < 1:
             raise ConfigError("eval: n_resamples >= 1, 0 < level < 1 and batch_size >= 1 are needed")
         task = next(iter(self.tasks))
@@ -113,6 +139,45 @@ class TaskStudyConfig:
                                   f"is invalid: {err}") from None
         return self
 
+    def _check_per_task(self, available: dict) -> None:
+        if not isinstance(self.per_task, dict):
+            raise ConfigError(f"per_task: expected a mapping of task -> {{encodings, train, data}}, got "
+                              f"{self.per_task!r}")
+        for task, plan in self.per_task.items():
+            where = f"per_task.{task}"
+            if task not in self.tasks:
+                raise ConfigError(f"{where}: {task!r} is not one of the study's tasks {list(self.tasks)}")
+            if not isinstance(plan, dict) or set(plan) - {"encodings", "train", "data"}:
+                raise ConfigError(f"{where}: expected a mapping of 'encodings', 'train' and/or 'data', got {plan!r}")
+            names = plan.get("encodings")
+            if names is not None:
+                if not isinstance(names, list) or not names:
+                    raise ConfigError(f"{where}.encodings: a non-empty list of encoding names, got {names!r}")
+                unknown = [n for n in names if n not in self.encodings]
+                if unknown:
+                    raise ConfigError(f"{where}.encodings: {unknown} are not in encodings {list(self.encodings)}")
+                if self.baseline not in names:
+                    raise ConfigError(f"{where}.encodings: the baseline {self.baseline!r} must be trained on every "
+                                      "task (every difference is taken to it); add it to the list")
+            for section in ("train", "data"):
+                fields = {f.name for f in dataclasses.fields(getattr(self, section))}
+                value = plan.get(section) or {}
+                if not isinstance(value, dict) or set(value) - fields:
+                    raise ConfigError(f"{where}.{section}: expected fields of {section} ({sorted(fields)}), "
+                                      f"got {value!r}")
+            sized = self.for_task(task)
+            try:
+                check_training_sections(sized)
+                _check_data(sized.data)
+            except (ConfigError, TypeError) as err:
+                raise ConfigError(f"{where}: {err}") from None
+        for pair in self.comparisons:
+            if not (isinstance(pair, (list, tuple)) and len(pair) == 2 and all(n in self.encodings for n in pair)
+                    and pair[0] != pair[1]):
+                raise ConfigError(f"comparisons: each entry is [model, reference], two different names of "
+                                  f"encodings {list(self.encodings)}; got {pair!r}")
+        self.comparisons = [list(p) for p in self.comparisons if all(n in available for n in p)]
+
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
@@ -120,7 +185,19 @@ class TaskStudyConfig:
         """What decides the trained models: a resumed study reuses finished models only when this matches."""
         d = self.to_dict()
         keep = {k: d[k] for k in ("model", "tokenizer", "data", "train", "tasks")}
+        for section in ("train", "data"):  # absent: fingerprints as before
+            sized = {t: plan[section] for t, plan in self.per_task.items() if (plan or {}).get(section)}
+            if sized:
+                keep[f"per_task_{section}"] = sized
         return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _check_data(data: TaskData) -> None:
+    for key in ("train", "validation", "test"):
+        if getattr(data, key) < 1:
+            raise ConfigError(f"data.{key} must be >= 1, got {getattr(data, key)}")
+    if data.loss not in LOSSES:
+        raise ConfigError(f"data.loss: {data.loss!r} is not one of {LOSSES}")
 
 
 def patch_config(opts: dict):

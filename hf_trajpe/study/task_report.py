@@ -24,10 +24,14 @@ from .task_config import TaskStudyConfig
 __all__ = ["aggregate_task", "write_task_report"]
 
 
-def aggregate_task(cfg: TaskStudyConfig, scores: dict) -> dict:
-    """``{encoding: {split: summary}}`` of one task's ``{encoding: {split: [AnswerScores] | str}}``."""
+def aggregate_task(cfg: TaskStudyConfig, scores: dict, task: str | None = None) -> dict:
+    """``{encoding: {split: summary}}`` of one task's ``{encoding: {split: [AnswerScores] | str}}``; a cell
+    holds its difference to the baseline and, under ``vs``, to the references of ``comparisons``."""
     n_res, level = cfg.eval.n_resamples, cfg.eval.level
     base = scores.get(cfg.baseline, {})
+    references: dict[str, list[str]] = {}
+    for a, b in (cfg.task_comparisons(task) if task is not None else []):
+        references.setdefault(a, []).append(b)
     out: dict = {}
     for name, per_split in scores.items():
         out[name] = {}
@@ -45,6 +49,12 @@ def aggregate_task(cfg: TaskStudyConfig, scores: dict) -> dict:
             if name != cfg.baseline and b is not None and not isinstance(b, str):
                 cell["vs_baseline"] = with_verdict(paired_difference(np.stack([s.exact for s in b]).astype(np.float64),
                                                                      exact, n_res, level), cfg.equivalence_margin)
+            for ref in references.get(name, []):
+                r = scores.get(ref, {}).get(split)
+                if r is not None and not isinstance(r, str):
+                    cell.setdefault("vs", {})[ref] = with_verdict(
+                        paired_difference(np.stack([s.exact for s in r]).astype(np.float64), exact, n_res, level),
+                        cfg.equivalence_margin)
             out[name][split] = cell
     return out
 
@@ -75,14 +85,24 @@ def _cells(agg: dict, splits: list[str], fmt) -> list[list[str]]:
                             for s in splits)] for name, per in agg.items()]
 
 
-def _diff(cell: dict) -> str:
-    d = cell.get("vs_baseline")
+def _diff(cell: dict, reference: str | None = None) -> str:
+    d = cell.get("vs_baseline") if reference is None else cell.get("vs", {}).get(reference)
     if d is None:
-        return f"{_pct(cell['exact_match']['mean'])} (baseline)"
+        return f"{_pct(cell['exact_match']['mean'])} (baseline)" if reference is None else "n/a"
     lo, hi = d["ci"]
     sig = "▲" if lo > 0 else ("▼" if hi < 0 else "")
     mark = sig + ("=" if d.get("equivalent") else ("" if sig else "?"))
     return f"{100 * d['difference']:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] {mark}"
+
+
+def _comparison_lines(cfg: TaskStudyConfig, task: str, agg: dict, splits: list[str]) -> list[str]:
+    pairs = [(a, b) for a, b in cfg.task_comparisons(task) if a in agg and b in agg]
+    if not pairs:
+        return []
+    rows = [[f"`{a}` − `{b}`", *(("skipped" if "skipped" in agg[a].get(sp, {}) else _diff(agg[a][sp], b))
+                                  if sp in agg[a] else "n/a" for sp in splits)] for a, b in pairs]
+    return [f"*{task}*, pairs (model − reference, points, paired on the examples):", ""] + _table(
+        ["pair", *splits], rows)
 
 
 def _training_rows(summaries: list[dict], task: str) -> list[list[str]]:
@@ -104,13 +124,15 @@ def _task_md(cfg: TaskStudyConfig, task: str, agg: dict, result: dict, summaries
     from ..data.tasks import get_task
 
     t = get_task(task)
+    cfg = cfg.for_task(task)  # the data and training this task had
     splits = list(t.test_splits)
     seeds = len(cfg.seeds)
     lines = [f"## {task}", "", f"{t.description}. Source: {t.paper}. Options: "
              f"{json.dumps(t.check_options(cfg.tasks[task] or {}))}.", "",
              "Test splits: " + "; ".join(f"`{s}` {what} (mean {result['lengths'][s]:.0f} characters)"
                                          for s, what in t.test_splits.items())
-             + f". Trained on {cfg.data.train} examples padded to {result['length']} tokens; "
+             + f". Trained on {cfg.data.train} examples padded to {result['length']} tokens, {cfg.train.steps} "
+             f"steps of {cfg.train.batch_size}, loss on {_loss(cfg)}; "
              f"{timing['new_models']} models trained in {timing['train_wall_seconds']:.0f} s wall, "
              f"scored in {timing['eval_wall_seconds']:.0f} s.", "",
              f"**Exact match (%)**: every answer token right (teacher-forced arg-max), mean over {seeds} seed(s), "
@@ -126,6 +148,7 @@ def _task_md(cfg: TaskStudyConfig, task: str, agg: dict, result: dict, summaries
     lines += [f"**Exact match minus `{cfg.baseline}`'s (points)**, paired on the examples, 95% interval over "
               "examples and seeds: " + legend(cfg.equivalence_margin, " points"), ""]
     lines += _table(["encoding", *splits], _cells(agg, splits, _diff))
+    lines += _comparison_lines(cfg, task, agg, splits)
     if result.get("positions"):
         lines += ["Where the trajectory models put their tokens, on each test split (mean over seeds): step "
                   "`p_i - p_(i-1)` and its coefficient of variation, displacement `p_i - i`, clamped share:", ""]
@@ -138,13 +161,16 @@ def _task_md(cfg: TaskStudyConfig, task: str, agg: dict, result: dict, summaries
 
 def _summary(cfg: TaskStudyConfig, aggregated: dict) -> list[str]:
     """The first screen: per task, every encoding's exact match minus the baseline's on every split."""
-    steps, seeds = cfg.train.steps, len(cfg.seeds)
-    lines = ["## Summary", "", f"{seeds} seed(s), {steps} training steps. Cells: exact match minus `{cfg.baseline}`'s "
+    seeds = len(cfg.seeds)
+    lines = ["## Summary", "", f"{seeds} seed(s) per encoding. Cells: exact match minus `{cfg.baseline}`'s "
              "in points [95% interval] (the baseline's row: its own exact match in %). "
              + legend(cfg.equivalence_margin, " points"), ""]
     for task, agg in aggregated.items():
         splits = list(next(iter(agg.values())))
-        lines += [f"**{task}**", ""] + _table(["encoding", *splits], _cells(agg, splits, _diff))
+        sized = cfg.for_task(task)
+        lines += [f"**{task}** ({sized.train.steps} steps of {sized.train.batch_size}, loss on {_loss(sized)})", ""]
+        lines += _table(["encoding", *splits], _cells(agg, splits, _diff))
+        lines += _comparison_lines(cfg, task, agg, splits)
     return lines
 
 
@@ -159,8 +185,8 @@ def _markdown(cfg, aggregated, results, summaries, skipped, timing, versions, co
     lines += [DETAILS, "",
               f"- command: `{command or 'hf-trajpe study --config ...'}`",
               f"- model: {m.get('model_type')} ({shape}); seeds {cfg.seeds}; tokenizer {cfg.tokenizer}",
-              f"- training: {cfg.train.steps} steps of {cfg.train.batch_size} examples, lr {cfg.train.lr:g}, "
-              f"loss on {'the answer tokens' if cfg.data.loss == 'answers' else 'every token'}",
+              f"- training: {_steps(cfg)} of {cfg.train.batch_size} examples, lr {cfg.train.lr:g}, "
+              "loss on " + ", ".join(sorted({_loss(cfg.for_task(t)) for t in cfg.tasks})),
               f"- baseline: `{cfg.baseline}`; intervals: {cfg.eval.level:.0%} percentile bootstrap, "
               f"{cfg.eval.n_resamples} resamples",
               f"- wall time: {timing['total_wall_seconds']:.0f} s in all",
@@ -172,12 +198,23 @@ def _markdown(cfg, aggregated, results, summaries, skipped, timing, versions, co
     return "\n".join(lines)
 
 
+def _loss(cfg: TaskStudyConfig) -> str:
+    return "the answer tokens" if cfg.data.loss == "answers" else "every token"
+
+
+def _steps(cfg: TaskStudyConfig) -> str:
+    per = {task: cfg.for_task(task).train.steps for task in cfg.tasks}
+    if len(set(per.values())) == 1:
+        return f"{cfg.train.steps if not per else next(iter(per.values()))} steps"
+    return "steps " + ", ".join(f"{n} ({task})" for task, n in per.items())
+
+
 def write_task_report(cfg: TaskStudyConfig, results: dict, summaries: list[dict], skipped: dict, timing: dict,
                       versions: dict, command: str | None) -> dict[str, Path]:
     """``tasks.json`` and ``tasks.md`` in ``cfg.report_dir``; returns their paths (``study_json``, ``study_md``)."""
     out = Path(cfg.report_dir)
     out.mkdir(parents=True, exist_ok=True)
-    aggregated = {task: aggregate_task(cfg, r["scores"]) for task, r in results.items()}
+    aggregated = {task: aggregate_task(cfg, r["scores"], task) for task, r in results.items()}
     data = {"study": cfg.name, "command": command, "config": cfg.to_dict(), "versions": versions, "timing": timing,
             "skipped_encodings": skipped, "baseline": cfg.baseline,
             "tasks": {task: {"training_length": r["length"], "mean_characters": r["lengths"],

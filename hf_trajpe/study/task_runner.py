@@ -70,6 +70,7 @@ def prepare_task(cfg: TaskStudyConfig, task: str, out: Path, tokenizer, log):
 
 
 def _experiment(cfg: TaskStudyConfig, run: Run, task: str, length: int) -> dict:
+    """The run's experiment config (``cfg`` already :meth:`~TaskStudyConfig.for_task`)."""
     work = run.folder.with_name(run.folder.name + ".tmp")
     return task_experiment(cfg, task, run.name, run.options, run.seed, work, block_size=length).to_dict()
 
@@ -116,7 +117,8 @@ def evaluate_task(cfg: TaskStudyConfig, task: str, dd, runs: list[Run], tokenize
     return out
 
 
-def run_task_study(cfg: TaskStudyConfig, command: str | None = None, progress: bool = True, log=None) -> dict:
+def run_task_study(cfg: TaskStudyConfig, command: str | None = None, progress: bool = True, log=None,
+                   summary: bool = True) -> dict:
     """Train every (task, encoding, seed) of ``cfg`` (reusing finished ones), score, write the reports."""
     from ..data import load_tokenizer
     from ..evaluation.positions import mean_statistics
@@ -131,15 +133,15 @@ def run_task_study(cfg: TaskStudyConfig, command: str | None = None, progress: b
     skipped = cfg.unavailable()
     for name, why in skipped.items():
         log(f"skipping encoding {name}: {why}")
-    encodings = cfg.available_encodings()
     results, summaries, timing = {}, [], {"tasks": {}}
     for task in cfg.tasks:
         t0 = time.perf_counter()
-        dd, blocks_path, length = prepare_task(cfg, task, out, tokenizer, log)
+        sized = cfg.for_task(task)  # per_task's train and data fields applied
+        dd, blocks_path, length = prepare_task(sized, task, out, tokenizer, log)
         runs = [Run(name, seed, patch_options(opts), out / "models" / task / f"{name}_s{seed}")
-                for name, opts in encodings.items() for seed in cfg.seeds]
+                for name, opts in cfg.task_encodings(task).items() for seed in cfg.seeds]
         t1 = time.perf_counter()
-        done = train_all(cfg, runs, blocks_path, lambda m, t=task: log(f"{t}: {m}"),
+        done = train_all(sized, runs, blocks_path, lambda m, t=task: log(f"{t}: {m}"),
                          experiment=partial(_experiment, task=task, length=length),
                          train_fn=partial(train_run, trainer_factory=task_trainer))
         t2 = time.perf_counter()
@@ -151,7 +153,7 @@ def run_task_study(cfg: TaskStudyConfig, command: str | None = None, progress: b
         summaries += [{"task": task, **s} for s in done]
         log(f"{task}: scoring {len(runs)} models on the test splits")
         positions: dict = {}
-        results[task] = {"scores": evaluate_task(cfg, task, dd, runs, tokenizer, length, progress, positions),
+        results[task] = {"scores": evaluate_task(sized, task, dd, runs, tokenizer, length, progress, positions),
                          "length": length, "lengths": {s: _mean_length(dd[s]) for s in dd},
                          "positions": {name: {split: mean_statistics(v) for split, v in per.items()}
                                        for name, per in positions.items()}}
@@ -159,7 +161,8 @@ def run_task_study(cfg: TaskStudyConfig, command: str | None = None, progress: b
                                  "eval_wall_seconds": time.perf_counter() - t2}
     timing["total_wall_seconds"] = time.perf_counter() - wall
     paths = write_task_report(cfg, results, summaries, skipped, timing, package_versions(), command)
-    log("\n" + first_screen(paths["study_md"].read_text()))  # the result, last on the screen
+    if summary:
+        log("\n" + first_screen(paths["study_md"].read_text()))  # the result, last on the screen
     return paths
 
 

@@ -21,13 +21,13 @@ MISSING = "{encoding: not_in_this_install}"  # an encoding no install has: what 
 
 def test_task_config_lists_the_tasks_and_encodings_and_skips_optional_missing_ones():
     cfg = load_study_config(TASKS)
-    assert isinstance(cfg, TaskStudyConfig) and list(cfg.tasks) == ["flip_flop", "selective_copy", "counting",
-                                                                     "passkey"]
+    assert isinstance(cfg, TaskStudyConfig) and list(cfg.tasks) == ["selective_copy", "counting", "flip_flop"]
     assert {"learned", "sinusoidal", "rope", "alibi", "none", "trajectory_rope", "trajectory_rope_learnable",
             "trajectory_alibi", "trajectory_alibi_learnable", "cope"} == set(cfg.encodings)
     assert cfg.encodings["cope"]["encoding"] == "cope" and "cope" in cfg.optional_encodings
     quick = load_study_config(TASKS, quick=True)
-    assert quick.seeds == [0] and quick.train.steps < cfg.train.steps and quick.output_dir != cfg.output_dir
+    assert list(quick.tasks) == ["selective_copy"] and list(quick.encodings) == ["learned", "rope", "cope"]
+    assert quick.seeds == [0, 1] and quick.train.steps < cfg.train.steps and quick.output_dir != cfg.output_dir
     other = load_study_config(TASKS, overrides=[f"encodings.future={MISSING}", "optional_encodings=[future]"])
     assert "future" in other.unavailable() and "future" not in other.available_encodings()
     with pytest.raises(ConfigError, match="encodings.future: unknown encoding"):
@@ -59,7 +59,8 @@ def test_tiny_task_study_end_to_end_and_resume(tmp_path):
                  # the sparse split (3 symbols among 40 blanks: 47 tokens) is longer than the 32 learned positions
                  "tasks={selective_copy: {tokens: 3, blanks: 3, blanks_sparse: 40, blanks_dense: 1}}",
                  "encodings={learned: {encoding: native}, traj: {encoding: trajectory, base: alibi, strength: 0.2}, "
-                 f"future: {MISSING}}}", "optional_encodings=[future]", "equivalence_margin=3"]
+                 f"future: {MISSING}}}", "optional_encodings=[future]", "equivalence_margin=3", "per_task={}",
+                 "comparisons=[]"]
     cfg = load_study_config(TASKS, overrides=overrides)
     paths = run_study(cfg, command="test", progress=False, log=lambda m: None)
     study = json.loads(paths["study_json"].read_text())
@@ -91,3 +92,56 @@ def test_tiny_task_study_end_to_end_and_resume(tmp_path):
     assert (folder / "model.safetensors").stat().st_mtime_ns == before
     assert len((tmp_path / "runs" / "training_sessions.jsonl").read_text().splitlines()) == 1
     assert json.loads(paths["study_json"].read_text())["tasks"]["selective_copy"]["positions"]["traj"]
+
+
+def test_per_task_plan_and_comparisons_config_errors():
+    cfg = load_study_config(TASKS, overrides=["per_task={counting: {encodings: [learned, alibi], train: {steps: 7}}}",
+                                              "comparisons=[[trajectory_rope, rope], [cope, rope]]"])
+    assert list(cfg.task_encodings("counting")) == ["learned", "alibi"] and cfg.for_task("counting").train.steps == 7
+    assert cfg.for_task("flip_flop").train.steps == cfg.train.steps and len(cfg.task_encodings("flip_flop")) == 10
+    assert cfg.task_comparisons("counting") == [] and cfg.task_comparisons("flip_flop") == [
+        ("trajectory_rope", "rope"), ("cope", "rope")]
+    assert cfg.fingerprint() != load_study_config(TASKS).fingerprint()  # other steps: other models
+    lossy = load_study_config(TASKS, overrides=["per_task={counting: {data: {loss: all, test: 9}}}"])
+    assert lossy.for_task("counting").data.loss == "all" and lossy.for_task("counting").data.test == 9
+    assert lossy.for_task("flip_flop").data.loss == "answers" and lossy.fingerprint() != cfg.fingerprint()
+    bad = {"per_task={counting: {encodings: [alibi]}}": "baseline 'learned' must be trained on every task",
+           "per_task={counting: {encodings: [alibi, learned, alibbi]}}": r"\['alibbi'\] are not in encodings",
+           "per_task={counTing: {}}": "'counTing' is not one of the study's tasks",
+           "per_task={counting: {train: {stepz: 3}}}": "per_task.counting.train: expected fields of train",
+           "per_task={counting: {train: {steps: 0}}}": "per_task.counting: train.steps must be >= 1",
+           "per_task={counting: {seeds: [1]}}": "expected a mapping of 'encodings', 'train' and/or 'data'",
+           "per_task={counting: {data: {loss: answer}}}": "per_task.counting: data.loss: 'answer' is not one of",
+           "per_task={counting: {data: {tset: 3}}}": "per_task.counting.data: expected fields of data",
+           "comparisons=[[cope, rpoe]]": "comparisons: each entry is \\[model, reference\\]",
+           "comparisons=[[cope, cope]]": "comparisons: each entry"}
+    for override, message in bad.items():
+        with pytest.raises(ConfigError, match=message):
+            load_study_config(TASKS, overrides=[override])
+
+
+def test_task_study_trains_each_task_its_own_encodings_and_steps_and_compares_pairs(tmp_path):
+    overrides = [f"output_dir={tmp_path / 'runs'}", f"report_dir={tmp_path / 'report'}", "workers=1", "seeds=[0]",
+                 "model.n_layer=1", "model.n_embd=16", "model.n_head=2", "model.n_positions=64", "train.steps=2",
+                 "train.warmup_steps=1", "train.log_every=1", "data.train=8", "data.validation=2", "data.test=6",
+                 "eval.n_resamples=20", "eval.batch_size=4",
+                 "tasks={selective_copy: {tokens: 3, blanks: 3, blanks_sparse: 6, blanks_dense: 1}, "
+                 "counting: {min_steps: 3, max_steps: 4, ood_min_steps: 5, ood_max_steps: 6}}",
+                 "encodings={learned: {encoding: native}, alibi: {encoding: alibi}, "
+                 "traj: {encoding: trajectory, base: alibi, strength: 0.2}}",
+                 "per_task={counting: {encodings: [learned], train: {steps: 3}, data: {loss: all}}}",
+                 "comparisons=[[traj, alibi]]"]
+    paths = run_study(load_study_config(TASKS, overrides=overrides), command="test", progress=False,
+                      log=lambda m: None)
+    study = json.loads(paths["study_json"].read_text())
+    trained = {(s["task"], s["name"]): s["steps"] for s in study["training"]}
+    assert trained == {("selective_copy", "learned"): 2, ("selective_copy", "alibi"): 2,
+                       ("selective_copy", "traj"): 2, ("counting", "learned"): 3}
+    assert set(study["tasks"]["counting"]["results"]) == {"learned"}
+    cell = study["tasks"]["selective_copy"]["results"]["traj"]["test"]
+    assert set(cell["vs"]) == {"alibi"} and cell["vs"]["alibi"]["verdict"].startswith(
+        ("better", "worse", "no significant difference"))
+    assert "vs" not in study["tasks"]["selective_copy"]["results"]["alibi"]["test"]
+    md = paths["study_md"].read_text()
+    assert "**counting** (3 steps of 32, loss on every token)" in md and "**selective_copy** (2 steps of" in md
+    assert md.count("| `traj` − `alibi` |") == 2  # the summary and the task's section
