@@ -85,6 +85,8 @@ class StudyConfig:
     #: relative perplexity delta
     equivalence_margin: float = 2.0
     quick: list[str] = field(default_factory=list)  # the --quick profile: dotted overrides
+    #: [model, reference] pairs compared besides the baseline and trajectory_pairs (trajectory against CoPE)
+    comparisons: list[list[str]] = field(default_factory=list)
 
     def validate(self) -> StudyConfig:
         from ..patching import PatchConfig
@@ -104,6 +106,7 @@ class StudyConfig:
             for n in (traj, base):
                 if n not in self.encodings:
                     raise ConfigError(f"trajectory_pairs: {n!r} is not one of the encodings {list(self.encodings)}")
+        check_comparisons(self.comparisons, self.encodings)
         check_training_sections(self)
         check_margin(self.equivalence_margin)
         if not 0 < self.eval.calibrated_mass <= 1:
@@ -153,6 +156,15 @@ def check_training_sections(cfg) -> None:
     if not cfg.train.lr > 0 or cfg.train.warmup_steps < 0:
         raise ConfigError(f"train: lr must be > 0 and warmup_steps >= 0, got {cfg.train.lr} and "
                           f"{cfg.train.warmup_steps}")
+
+
+def check_comparisons(pairs: list, encodings: dict) -> None:
+    """``comparisons``: each a ``[model, reference]`` pair of two different encodings of the study."""
+    for pair in pairs:
+        if not (isinstance(pair, (list, tuple)) and len(pair) == 2 and all(n in encodings for n in pair)
+                and pair[0] != pair[1]):
+            raise ConfigError(f"comparisons: each entry is [model, reference], two different names of encodings "
+                              f"{list(encodings)}; got {pair!r}")
 
 
 def check_margin(margin: float) -> None:

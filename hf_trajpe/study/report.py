@@ -101,6 +101,9 @@ def write_study_report(cfg: StudyConfig, result: EvaluationResult, summaries: li
     effect = {traj: {"base": base,
                      "deltas": paired_deltas(result, base, traj, n_res, level, margin=margin, claims=True)}
               for traj, base in cfg.trajectory_pairs.items()}
+    pairs = {f"{m} vs {ref}": {"model": m, "reference": ref,
+                               "deltas": paired_deltas(result, ref, m, n_res, level, margin=margin)}
+             for m, ref in cfg.comparisons}
     sweep, best = {}, {}
     if sweep_map:
         ref = sweep_map[0.0]
@@ -113,13 +116,14 @@ def write_study_report(cfg: StudyConfig, result: EvaluationResult, summaries: li
 
     compared = [(m, cfg.baseline, per_t) for m, per_t in main.deltas.items()]
     compared += [(m, v["base"], v["deltas"]) for m, v in effect.items()]
+    compared += [(v["model"], v["reference"], v["deltas"]) for v in pairs.values()]
     rows = [(m, ref, length, d) for m, ref, per_t in compared for length, d in per_t.get(CONTROL_TYPE, {}).items()]
     diagnosis = diagnose_control(rows, control or {}, cfg.eval.calibrated_mass)
     calibration = {(m, ref, L) for m, ref, L in diagnosis["calibration"]}
     for m, ref, L, d in rows:
         if (m, ref, L) in calibration:
             d["control_flag"], d["verdict"] = HARNESS_PROBLEM, CALIBRATION
-    summary = summary_lines(cfg, types, lengths, effect, main.deltas, diagnosis)
+    summary = summary_lines(cfg, types, lengths, effect, main.deltas, diagnosis, pairs)
     main.meta.update({"training": training, "command": command, "versions": versions, "control": diagnosis,
                       "summary_md": summary, "positions": positions or {},
                       "title": f"# Study `{cfg.name}`: every encoding against `{cfg.baseline}`"})
@@ -131,6 +135,7 @@ def write_study_report(cfg: StudyConfig, result: EvaluationResult, summaries: li
     data = {"meta": {**main.meta, "study": cfg.name, "timing": timing, "config": cfg.to_dict()},
             "baseline": cfg.baseline,
             "trajectory_effect": {k: {"base": v["base"], "deltas": _str_keys(v["deltas"])} for k, v in effect.items()},
+            "comparisons": {k: {**v, "deltas": _str_keys(v["deltas"])} for k, v in pairs.items()},
             "sweep": {"models": {str(s): n for s, n in sweep_map.items()},
                       "deltas_vs_strength_0": {ct: {str(s): _str_keys(v) for s, v in per_s.items()}
                                                for ct, per_s in sweep.items()},

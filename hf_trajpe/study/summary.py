@@ -3,7 +3,8 @@
 1. Trajectory against its own base encoding, the one comparison the seed design's claims are about:
    deltas with significance and equivalence marks, and per pair a sentence of counts (better, worse,
    equivalent within the margin, claim ruled out).
-2. The other encodings against the baseline table: significance and equivalence only, no claims.
+2. The config's other pairs (``comparisons``: trajectory against CoPE, CoPE against RoPE) and the other
+   encodings against the baseline table: significance and equivalence only, no claims.
 3. The random-content control in plain words (:func:`~hf_trajpe.study.control.diagnose_control`).
 
 It opens ``study.md`` and ``report.md`` and is the last thing ``hf-trajpe study`` prints.
@@ -58,9 +59,10 @@ def _table(columns: dict[str, dict], types: list[str], length: int, claims: bool
 
 
 def summary_lines(cfg, types: list[str], lengths: list[int], effect: dict, main_deltas: dict,
-                  control: dict) -> list[str]:
+                  control: dict, pairs: dict | None = None) -> list[str]:
     """The first screen (Markdown lines): ``effect`` ``{trajectory: {"base", "deltas"}}``, ``main_deltas``
-    ``{encoding: {type: {length: delta}}}`` against ``cfg.baseline``, ``control`` the diagnosis."""
+    ``{encoding: {type: {length: delta}}}`` against ``cfg.baseline``, ``control`` the diagnosis, ``pairs``
+    the config's ``comparisons`` (``{label: {"model", "reference", "deltas"}}``)."""
     L0, margin = lengths[0], cfg.equivalence_margin
     t = cfg.train
     seeds = len(cfg.seeds)
@@ -78,6 +80,12 @@ def summary_lines(cfg, types: list[str], lengths: list[int], effect: dict, main_
         lines += _table({f"`{k}` vs `{v['base']}`": v["deltas"] for k, v in effect.items()}, types, L0, claims=True)
         lines += [f"- {pair_sentence(k, v['base'], _at(v['deltas'], L0), types, margin, True)}"
                   for k, v in effect.items()] + [""]
+    if pairs:
+        lines += ["**Other pairs** (significance and equivalence only):", ""]
+        lines += _table({f"`{v['model']}` vs `{v['reference']}`": v["deltas"] for v in pairs.values()}, types, L0,
+                        claims=False)
+        lines += [f"- {pair_sentence(v['model'], v['reference'], _at(v['deltas'], L0), types, margin, False)}"
+                  for v in pairs.values()] + [""]
     others = {n: d for n, d in main_deltas.items() if n not in cfg.trajectory_pairs}
     if others:
         lines += [f"**Encodings against `{cfg.baseline}`** (significance only: the claims are not about these):", ""]

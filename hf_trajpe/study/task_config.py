@@ -25,7 +25,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..training.config import ConfigError, ExperimentConfig
-from .config import StudyTrain, check_margin, check_training_sections, experiment_config, patch_options
+from .config import (
+    StudyTrain,
+    check_comparisons,
+    check_margin,
+    check_training_sections,
+    experiment_config,
+    patch_options,
+)
 from .task_train import LOSSES
 
 __all__ = ["TaskData", "TaskEval", "TaskStudyConfig", "patch_config", "task_experiment"]
@@ -171,11 +178,7 @@ class TaskStudyConfig:
                 _check_data(sized.data)
             except (ConfigError, TypeError) as err:
                 raise ConfigError(f"{where}: {err}") from None
-        for pair in self.comparisons:
-            if not (isinstance(pair, (list, tuple)) and len(pair) == 2 and all(n in self.encodings for n in pair)
-                    and pair[0] != pair[1]):
-                raise ConfigError(f"comparisons: each entry is [model, reference], two different names of "
-                                  f"encodings {list(self.encodings)}; got {pair!r}")
+        check_comparisons(self.comparisons, self.encodings)
         self.comparisons = [list(p) for p in self.comparisons if all(n in available for n in p)]
 
     def to_dict(self) -> dict:

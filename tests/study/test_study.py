@@ -60,6 +60,8 @@ def test_config_errors_name_the_key(tmp_path):
         load_study_config(_write(tmp_path, {k: v for k, v in data.items() if k != "quick"}), quick=True)
     with pytest.raises(FileNotFoundError, match="does not exist"):
         load_study_config(tmp_path / "nowhere.yaml")
+    with pytest.raises(ConfigError, match="comparisons: each entry is"):
+        load_study_config(_write(tmp_path, data), overrides=["comparisons=[[cope, copy]]"])
 
 
 def test_model_section_is_checked_key_by_key(tmp_path):
@@ -147,6 +149,10 @@ def test_best_strength_needs_a_significant_gain_and_checks_the_claim():
     assert best_strength({0.1: d(0.5, -1.0, 2.0)}, "random_content")["in_claimed_range"] is True
 
 
+def report_deltas(paths) -> dict:
+    return json.loads(paths["json"].read_text())["deltas"]
+
+
 def test_tiny_study_end_to_end_and_resume(tmp_path):
     overrides = [f"output_dir={tmp_path / 'runs'}", f"report_dir={tmp_path / 'report'}", "workers=1",
                  "seeds=[0,1]", "model.n_layer=1", "model.n_embd=32", "model.n_head=2", "model.n_positions=128",
@@ -155,7 +161,8 @@ def test_tiny_study_end_to_end_and_resume(tmp_path):
                  "encodings={learned: {encoding: native}, sinusoidal: {encoding: sinusoidal, sinusoid_scale: "
                  "embeddings, max_positions: 2048}, trajectory_auto: {encoding: trajectory, base: sinusoidal, "
                  "strength: auto, sinusoid_scale: embeddings, max_positions: 2048}}",
-                 "trajectory_pairs={trajectory_auto: sinusoidal}", "sweep.strengths=[0.0,0.3]"]
+                 "trajectory_pairs={trajectory_auto: sinusoidal}", "sweep.strengths=[0.0,0.3]",
+                 "comparisons=[[trajectory_auto, learned]]"]
     cfg = load_study_config(DEFAULT, overrides=overrides)
     paths = run_study(cfg, command="test", progress=False, log=lambda m: None)
     for key in ("json", "markdown", "delta_png", "length_png", "sweep_png", "study_json", "study_md"):
@@ -174,6 +181,11 @@ def test_tiny_study_end_to_end_and_resume(tmp_path):
     assert screen.startswith("# Study") and "## Summary at the training length (32 tokens)" in screen
     assert "`trajectory_auto` vs `sinusoidal`" in screen and "`sinusoidal` vs `learned`" in screen
     assert "Random-content control" in screen and DETAILS not in screen and "HARNESS PROBLEM" not in screen
+    assert "**Other pairs**" in screen and "| type | `trajectory_auto` vs `learned` |" in screen
+    pair = study["comparisons"]["trajectory_auto vs learned"]
+    assert pair["model"] == "trajectory_auto" and pair["reference"] == "learned"
+    assert pair["deltas"]["linear_progression"]["32"]["delta_pct"] == pytest.approx(
+        report_deltas(paths)["trajectory_auto"]["linear_progression"]["32"]["delta_pct"])  # the same paired draws
     assert study["control_diagnosis"]["status"] in ("clean", "calibration", "failed", "broken")
     first = eff["32"]
     assert first["claim_verdict"] and first["verdict"].startswith(("better", "worse", "no significant"))
