@@ -1,7 +1,7 @@
 """``hf-trajpe study``: train small models per encoding from scratch, evaluate per content type, sweep
 the trajectory strength, write the report (see docs/study.md).
 
-    hf-trajpe study --config configs/study/default.yaml            # about 45 min on 2 CPU cores
+    hf-trajpe study --config configs/study/default.yaml            # about an hour on 2 CPU cores
     hf-trajpe study --config configs/study/default.yaml --quick    # the same pipeline in a few minutes
     hf-trajpe study --config configs/study/default.yaml train.steps=300 report_dir=outputs/s300
     hf-trajpe study --quick --config configs/study/tasks.yaml --config configs/study/default.yaml   # make run
