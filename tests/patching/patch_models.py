@@ -98,3 +98,17 @@ def output(model, **kwargs) -> torch.Tensor:
     with torch.no_grad():
         out = model(**kwargs)
     return out.logits if hasattr(out, "logits") else out.last_hidden_state
+
+
+def cached_logits(model, ids: torch.Tensor, mask: torch.Tensor, prefix: int = 7) -> torch.Tensor:
+    """Logits of a forward over ``ids[:, :prefix]``, then one token at a time with the KV cache (what must
+    equal one forward over the whole sequence)."""
+    with torch.no_grad():
+        out = model(input_ids=ids[:, :prefix], attention_mask=mask[:, :prefix], use_cache=True)
+        steps, cache = [out.logits], out.past_key_values
+        for t in range(prefix, ids.shape[1]):
+            out = model(input_ids=ids[:, t:t + 1], attention_mask=mask[:, :t + 1], past_key_values=cache,
+                        use_cache=True)
+            steps.append(out.logits)
+            cache = out.past_key_values
+    return torch.cat(steps, dim=1)

@@ -9,7 +9,18 @@ from __future__ import annotations
 
 import pytest
 import torch
-from patch_models import BIDIRECTIONAL, CAUSAL, FAMILIES, LEARNED, build, cell, cells_for, output, random_ids
+from patch_models import (
+    BIDIRECTIONAL,
+    CAUSAL,
+    FAMILIES,
+    LEARNED,
+    build,
+    cached_logits,
+    cell,
+    cells_for,
+    output,
+    random_ids,
+)
 
 import hf_trajpe
 from hf_trajpe.patching import adapter_for
@@ -168,16 +179,7 @@ def test_cached_decoding_equals_recomputation(family, name):
     ids[1, :3] = int(model.config.pad_token_id)
     with _patch(model, name):
         full = output(model, input_ids=ids, attention_mask=mask)
-        with torch.no_grad():
-            out = model(input_ids=ids[:, :7], attention_mask=mask[:, :7], use_cache=True)
-            steps = [out.logits]
-            cache = out.past_key_values
-            for t in range(7, 12):
-                out = model(input_ids=ids[:, t:t + 1], attention_mask=mask[:, :t + 1], past_key_values=cache,
-                            use_cache=True)
-                cache = out.past_key_values
-                steps.append(out.logits)
-        inc = torch.cat(steps, dim=1)
+        inc = cached_logits(model, ids, mask)
     real = mask.bool()
     torch.testing.assert_close(inc[real], full[real], rtol=1e-4, atol=1e-5)
 
