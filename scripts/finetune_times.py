@@ -37,7 +37,7 @@ def main() -> None:
     for enc in args.encodings:
         out = ROOT / args.out / enc
         shutil.rmtree(out, ignore_errors=True)
-        cmd = [shutil.which("accelerate") or "accelerate", "launch", "--config_file", args.accelerate_config,
+        cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", args.accelerate_config,
                "recipes/finetune.py", "--config", f"configs/experiments/tiny_{enc}.yaml", f"output_dir={out}",
                "logging.progress=false", *args.overrides]
         start = time.perf_counter()

@@ -157,6 +157,29 @@ def test_a_gguf_model_loads_dense_patches_saves_and_reloads_with_identical_logit
     assert torch.equal(got, want)
 
 
+def test_a_gguf_model_loaded_with_plain_transformers_saves_once_patched(tmp_path):
+    """``from_pretrained(folder, gguf_file=...)`` leaves transformers' GGUF quantizer on dense weights, and
+    stock ``save_pretrained`` refuses such a model; the patched model's save removes that leftover first."""
+    from transformers import AutoModelForCausalLM
+
+    from hf_trajpe.loading import has_gguf_quantizer
+
+    path = tmp_path / "tiny.gguf"
+    _write_tiny_llama_gguf(path)
+    model = AutoModelForCausalLM.from_pretrained(str(tmp_path), gguf_file=path.name).eval()
+    assert has_gguf_quantizer(model), "transformers no longer leaves its quantizer: this test tests nothing"
+    hf_trajpe.patch(model, "trajectory", strength=0.3)
+    ids = torch.randint(0, 32, (2, 12))
+    with torch.no_grad():
+        want = model(input_ids=ids).logits
+    model.save_pretrained(tmp_path / "saved")
+    assert not has_gguf_quantizer(model)
+    assert "quantization_config" not in (tmp_path / "saved" / "config.json").read_text()
+    back = hf_trajpe.from_pretrained(tmp_path / "saved").eval()
+    with torch.no_grad():
+        assert torch.equal(back(input_ids=ids).logits, want)
+
+
 def test_from_pretrained_and_eval_load_a_gguf_file_unpatched(tmp_path):
     from hf_trajpe.evaluation import load_model as eval_load_model
 

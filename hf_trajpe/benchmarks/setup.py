@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..training.model import name_loss
+
 __all__ = ["Size", "SIZES", "ENCODINGS", "MODELS", "build_model", "encodings_for", "patched", "parse_dtype",
            "random_ids"]
 
@@ -106,6 +108,7 @@ def build_model(family: str, size: Size, device: str = "cpu", dtype: torch.dtype
         raise ValueError(f"unknown benchmark model {family!r}; use one of {', '.join(MODELS)}")
     torch.manual_seed(0)
     model = cls._from_config(cfg, attn_implementation="sdpa", dtype=dtype)
+    name_loss(model)
     return model.to(device).eval()
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from torch import nn
 
+from ..compat import check_transformers_version
 from .attention import bind_attention_modules, register_attention
 from .config import PatchConfig
 from .handle import PatchHandle
@@ -56,6 +57,7 @@ def patch(model: nn.Module, encoding: str | PatchConfig = "native", **options) -
     (or a ready :class:`PatchConfig`); ``options``: the other fields of :class:`PatchConfig`, and the
     options the chosen scheme declares (``npos_max`` for ``cope``; :meth:`PatchConfig.from_options`).
     """
+    check_transformers_version()
     model = _target(model)
     config = _config(encoding, options)
     if get_handle(model) is not None:

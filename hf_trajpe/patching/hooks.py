@@ -19,6 +19,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from ..compat import cache_from_kwargs, output_cache
 from .state import MEMORY_ATTR, DecodingMemory, PatchState
 
 __all__ = ["make_pre_hook", "make_post_hook"]
@@ -57,7 +58,7 @@ def make_pre_hook(state: PatchState, runner: nn.Module, model_config, embed: nn.
             state.call_texts = texts
         try:
             with timer:
-                state.begin_forward(inputs_embeds, input_ids, kw.get("attention_mask"), kw.get("past_key_values"),
+                state.begin_forward(inputs_embeds, input_ids, kw.get("attention_mask"), cache_from_kwargs(kw),
                                     bool(use_cache), getattr(embed, "weight", None), kw.get("position_ids"))
         finally:
             if texts is not None and state.call_texts is texts:
@@ -75,9 +76,7 @@ def make_pre_hook(state: PatchState, runner: nn.Module, model_config, embed: nn.
 
 def make_post_hook(state: PatchState) -> Callable:
     def post_hook(module, args, kwargs, output):
-        cache = getattr(output, "past_key_values", None)
-        if cache is None and isinstance(output, tuple) and len(output) > 1:
-            cache = output[1] if hasattr(output[1], "get_seq_length") else None
+        cache = output_cache(output)
         if cache is not None and state.pending is not None:
             cache.__dict__[MEMORY_ATTR] = state.pending
             if "reorder_cache" not in cache.__dict__ and hasattr(type(cache), "reorder_cache"):

@@ -24,7 +24,15 @@ def make_save_pretrained(model: nn.Module, attn_stock: str) -> Callable:
 
     def save_pretrained(save_directory, *args, **kwargs):
         """Stock ``save_pretrained`` (weights and config exactly as unpatched) plus
-        ``hf_trajpe_config.json`` and the patch state; reload with ``hf_trajpe.from_pretrained``."""
+        ``hf_trajpe_config.json`` and the patch state; reload with ``hf_trajpe.from_pretrained``.
+
+        A model loaded from a ``.gguf`` file with plain transformers keeps a GGUF quantizer over weights
+        that are already dense, and transformers refuses to save it; that leftover is removed first, as
+        :func:`hf_trajpe.loading.load_model` does at load time (packed weights are refused by name)."""
+        from ..loading import drop_gguf_quantizer, has_gguf_quantizer
+
+        if has_gguf_quantizer(model):
+            drop_gguf_quantizer(model, getattr(model.config, "_name_or_path", None) or "the model")
         state_dict = kwargs.get("state_dict")
         if state_dict is not None:
             prefix = MODULE_NAME + "."

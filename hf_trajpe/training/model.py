@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .config import ExperimentConfig, ModelConfig
 
-__all__ = ["build_model", "load_run_tokenizer", "resolve_model_path", "resolve_tokenizer_path"]
+__all__ = ["build_model", "name_loss", "load_run_tokenizer", "resolve_model_path", "resolve_tokenizer_path"]
 
 BUILTIN_TOKENIZERS = ("byte", "minilm")
 
@@ -56,6 +56,15 @@ def auto_model_class(task: str):
     return transformers.AutoModelForMaskedLM if task == "mlm" else transformers.AutoModelForCausalLM
 
 
+def name_loss(model, task: str = "clm") -> None:
+    """Name the loss of a model whose class name transformers cannot map to one (``GPT2LMHeadModel``: its
+    ``loss_type`` is None, and every loss computed with ``labels`` then logs "loss_type=None ... unrecognized"
+    before using the causal loss anyway). The name given is the loss it uses: no change of results."""
+    target = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if getattr(target, "loss_type", "") is None:
+        target.loss_type = "ForMaskedLM" if task == "mlm" else "ForCausalLM"
+
+
 def build_model(cfg: ExperimentConfig, tokenizer=None):
     """The model with its patch (``hf_trajpe.patch``); returns ``(model, handle)``, ``handle`` None when
     ``cfg.encoding`` is None (the model as built). With ``strength="auto"`` the handle decodes each
@@ -77,6 +86,7 @@ def build_model(cfg: ExperimentConfig, tokenizer=None):
         options = dict(m.config)
         config = transformers.AutoConfig.for_model(options.pop("model_type"), **options)
         model = auto.from_config(config, attn_implementation=m.attn_implementation)
+    name_loss(model, m.task)
     handle = None
     if cfg.encoding is not None:
         handle = hf_trajpe.patch(model, cfg.encoding.name, **cfg.encoding.options)

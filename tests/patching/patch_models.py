@@ -10,6 +10,8 @@ import os
 
 import torch
 
+from hf_trajpe.compat import cache_kwarg, output_cache
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 VOCAB = 128
@@ -105,10 +107,10 @@ def cached_logits(model, ids: torch.Tensor, mask: torch.Tensor, prefix: int = 7)
     equal one forward over the whole sequence)."""
     with torch.no_grad():
         out = model(input_ids=ids[:, :prefix], attention_mask=mask[:, :prefix], use_cache=True)
-        steps, cache = [out.logits], out.past_key_values
+        steps, cache = [out.logits], output_cache(out)
         for t in range(prefix, ids.shape[1]):
-            out = model(input_ids=ids[:, t:t + 1], attention_mask=mask[:, :t + 1], past_key_values=cache,
+            out = model(input_ids=ids[:, t:t + 1], attention_mask=mask[:, :t + 1], **{cache_kwarg(): cache},
                         use_cache=True)
             steps.append(out.logits)
-            cache = out.past_key_values
+            cache = output_cache(out)
     return torch.cat(steps, dim=1)

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from patch_models import build, random_ids
 
 import hf_trajpe
+from hf_trajpe.compat import cache_kwarg, output_cache
 from hf_trajpe.encodings.alibi import alibi_slopes
 from hf_trajpe.patching.key_bias import augmented_qkv, centred_key_term
 
@@ -115,7 +116,7 @@ def test_decoding_steps_and_left_padding():
         steps = []
         for i in range(10, 14):
             out = model(input_ids=ids[:, i:i + 1], attention_mask=mask[:, :i + 1],
-                        past_key_values=out.past_key_values, use_cache=True)
+                        **{cache_kwarg(): output_cache(out)}, use_cache=True)
             steps.append(out.logits[:, -1])
         alone = model(input_ids=ids[1:, 3:]).logits
     torch.testing.assert_close(torch.stack(steps, 1), full[:, 10:], rtol=1e-5, atol=1e-5)
@@ -131,8 +132,8 @@ def test_the_float_mask_stays_where_the_bias_does_not_factor(monkeypatch, case):
     hf_trajpe.patch(model, "alibi")
     ids = random_ids(8, b=1)
     with torch.no_grad():
-        past = model(input_ids=ids, use_cache=True).past_key_values if case == "decoding" else None
+        past = output_cache(model(input_ids=ids, use_cache=True)) if case == "decoding" else None
         calls = _sdpa_calls(monkeypatch)
-        model(input_ids=ids[:, :1] if past is not None else ids, past_key_values=past)
+        model(input_ids=ids[:, :1] if past is not None else ids, **{cache_kwarg(): past})
     head = model.config.hidden_size // model.config.num_attention_heads
     assert calls and all(c == (head, True, False) for c in calls), calls

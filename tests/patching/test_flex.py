@@ -15,6 +15,7 @@ import torch
 from patch_models import build, output, random_ids
 
 import hf_trajpe
+from hf_trajpe.compat import cache_kwarg, output_cache
 from hf_trajpe.encodings.alibi import alibi_bias, alibi_slopes
 from hf_trajpe.patching import flex
 
@@ -125,7 +126,7 @@ def test_cached_decoding_equals_recomputation(unfused, enc, opts):
             steps.append(out.logits)
             for i in range(6, 12):
                 out = model(input_ids=ids[:, i:i + 1], attention_mask=mask[:, :i + 1],
-                            past_key_values=out.past_key_values, use_cache=True)
+                            **{cache_kwarg(): output_cache(out)}, use_cache=True)
                 steps.append(out.logits)
     real = mask.bool()
     torch.testing.assert_close(torch.cat(steps, dim=1)[real], full[real], rtol=1e-5, atol=1e-5)

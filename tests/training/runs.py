@@ -18,9 +18,23 @@ FAST = ["data.train=30", "data.validation=4", "data.eval_blocks=2", "train.batch
 
 
 def env() -> dict:
+    """The environment of a launched run: offline, one thread, and the test interpreter's own scripts folder
+    first on PATH (a virtual environment that was not activated still finds its own commands)."""
     e = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1")
     e["PYTHONPATH"] = str(ROOT) + os.pathsep + e.get("PYTHONPATH", "")
+    e["PATH"] = str(Path(sys.executable).parent) + os.pathsep + e.get("PATH", "")
     return e
+
+
+def command(name: str) -> str:
+    """The console script ``name`` (``accelerate``, ``torchrun``) of the environment running the tests: the
+    one beside its interpreter, else the one on PATH; fails the test naming what to install."""
+    import shutil
+
+    beside = Path(sys.executable).parent / name
+    found = str(beside) if beside.exists() else shutil.which(name)
+    assert found, f"the {name} command is not installed in this environment (make install)"
+    return found
 
 
 def recipe_cmd(config: Path, out: Path, *overrides: str, resume: bool = False) -> list[str]:
@@ -30,12 +44,8 @@ def recipe_cmd(config: Path, out: Path, *overrides: str, resume: bool = False) -
 
 def launcher_cmd(config: Path, out: Path, *overrides: str, accelerate_config: Path = CPU_1PROC) -> list[str]:
     """The documented command: ``accelerate launch --config_file ... recipes/finetune.py --config ...``."""
-    import shutil
-
-    accelerate = shutil.which("accelerate")
-    assert accelerate, "the accelerate command is not installed"
-    return [accelerate, "launch", "--config_file", str(accelerate_config), str(RECIPE), "--config", str(config),
-            f"output_dir={out}", *FAST, *overrides]
+    return [command("accelerate"), "launch", "--config_file", str(accelerate_config), str(RECIPE),
+            "--config", str(config), f"output_dir={out}", *FAST, *overrides]
 
 
 def run_recipe(config: Path, out: Path, *overrides: str, resume: bool = False, check: bool = True,

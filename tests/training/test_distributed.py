@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 
 import pytest
@@ -16,7 +15,7 @@ import torch
 import hf_trajpe
 from hf_trajpe.training.checkpoint import read_trainer_state
 
-from .runs import FAST, RECIPE, ROOT, TINY, env, losses, rank_summary
+from .runs import FAST, RECIPE, ROOT, TINY, command, env, losses, rank_summary
 
 CPU_2PROC = ROOT / "configs" / "accelerate" / "cpu_2proc.yaml"
 TRAJ = ["encoding.name=trajectory", "encoding.options={strength: 0.3, learnable_strength: true}",
@@ -26,9 +25,7 @@ TRAJ = ["encoding.name=trajectory", "encoding.options={strength: 0.3, learnable_
 def launch_two(out, *overrides, resume=False):
     """``accelerate launch`` with two CPU processes; asserts that it got them: both ranks report world size 2
     (a CPU launch can silently start one process, or two unsynchronised ones: docs/notes.md, section 1)."""
-    accelerate = shutil.which("accelerate")
-    assert accelerate, "the accelerate command is not installed"
-    cmd = [accelerate, "launch", "--config_file", str(CPU_2PROC), str(RECIPE), "--config", str(TINY),
+    cmd = [command("accelerate"), "launch", "--config_file", str(CPU_2PROC), str(RECIPE), "--config", str(TINY),
            f"output_dir={out}", *FAST, *overrides] + (["--resume"] if resume else [])
     proc = subprocess.run(cmd, cwd=ROOT, env=dict(env(), ACCELERATE_USE_CPU="true"), capture_output=True,
                           text=True, timeout=300)
@@ -86,9 +83,7 @@ def test_two_cpu_processes_train_on_different_data_and_stay_in_sync(tmp_path):
 def test_patched_model_trains_under_fsdp2_like_a_single_process(tmp_path):
     from . import fsdp2_worker
 
-    torchrun = shutil.which("torchrun")
-    assert torchrun, "torchrun is not installed"
-    proc = subprocess.run([torchrun, "--standalone", "--nproc_per_node", "2",
+    proc = subprocess.run([command("torchrun"), "--standalone", "--nproc_per_node", "2",
                            str(ROOT / "tests/training/fsdp2_worker.py"), str(tmp_path)],
                           cwd=ROOT, env=env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-6000:]

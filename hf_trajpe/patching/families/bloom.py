@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ...compat import cache_from_kwargs
 from .override import OverrideAdapter, shadow_method
 
 __all__ = ["BLOOM", "BloomAdapter"]
@@ -44,7 +45,7 @@ def _full_mask(module: nn.Module, args: tuple, kwargs: dict):
     embeds = kwargs.get("inputs_embeds")
     if embeds is None or kwargs.get("attention_mask") is not None:
         return None
-    cache = kwargs.get("past_key_values")
+    cache = cache_from_kwargs(kwargs)
     past = int(cache.get_seq_length()) if cache is not None and hasattr(cache, "get_seq_length") else 0
     kwargs["attention_mask"] = torch.ones(embeds.shape[0], past + embeds.shape[1], dtype=torch.long,
                                           device=embeds.device)

@@ -11,6 +11,12 @@ gather reads them back in order and its own code rotates. Schemes that do not ro
 the value is the buffer's own row (so ``native`` and trajectory at strength 0 are the stock model bit
 for bit); elsewhere it is computed at the position, with GPT-J's frequencies.
 
+From transformers 5.24 the buffer moved into one ``GPTJRotaryEmbedding`` module on the base model
+(``rotary_emb``: ``forward(x, position_ids)`` gathers the rows and returns ``(sin, cos)``, each ``[b, n, r/2]``)
+and the attention layers use transformers' attention interface. The override then shadows that module's
+``forward`` instead, with the same values split in two; ``position_ids`` are left alone (the engine's
+pre-hook has checked them).
+
 Shape legend: ``b`` batch, ``n`` new tokens, ``r`` rotary width (``rotary_dim``).
 """
 
@@ -73,7 +79,19 @@ def interleaved_sincos(positions: torch.Tensor, table: torch.Tensor, mode: str =
 def _embed_positions(state, attention: nn.Module, position_ids: torch.Tensor) -> torch.Tensor:
     """Stands in for ``GPTJAttention._get_embed_positions``: sin/cos ``[b, n, r]`` of this forward's tokens,
     built once per forward for all layers."""
-    table = attention.embed_positions
+    return _sincos(state, attention.embed_positions)
+
+
+def _rotary_forward(state, rotary: nn.Module, x: torch.Tensor, position_ids: torch.Tensor | None = None):
+    """Stands in for ``GPTJRotaryEmbedding.forward`` (transformers >= 5.24): ``(sin, cos)``, each ``[b, n, r/2]``,
+    at this forward's positions, in ``x``'s dtype as the stock module returns them."""
+    sincos = _sincos(state, rotary.embed_positions).to(x.dtype)
+    sin, cos = torch.split(sincos, sincos.shape[-1] // 2, dim=-1)
+    return sin, cos
+
+
+def _sincos(state, table: torch.Tensor) -> torch.Tensor:
+    """sin|cos ``[b, n, r]`` of this forward's tokens from GPT-J's buffer ``table``, built once per forward."""
     step = state.step
     key = ("gptj_sincos", tuple(table.shape), table.device)
     hit = step.memo.get(key)
@@ -106,6 +124,13 @@ class GPTJAdapter(OverrideAdapter):
 
     def install(self, model: nn.Module, state) -> list[Callable[[], None]]:
         base = model.base_model
+        rotary = getattr(base, "rotary_emb", None)
+        if type(rotary).__name__ == "GPTJRotaryEmbedding":  # transformers >= 5.24: one module for all layers
+            if not isinstance(getattr(rotary, "embed_positions", None), torch.Tensor):
+                raise NotImplementedError(
+                    f"{type(base).__name__}: expected GPTJRotaryEmbedding with an embed_positions buffer; this "
+                    "transformers version differs")
+            return [shadow_method(rotary, "forward", functools.partial(_rotary_forward, state, rotary))]
         layers = [m for m in base.modules() if type(m).__name__ in ATTENTION_CLASSES]
         if not layers or not all(isinstance(getattr(m, "embed_positions", None), torch.Tensor)
                                  and hasattr(type(m), "_get_embed_positions") for m in layers):

@@ -114,7 +114,7 @@ def _runner_path(model: nn.Module, base: nn.Module) -> str:
         if not name or embed not in module.children():
             continue
         params = inspect.signature(type(module).forward).parameters
-        if {"input_ids", "attention_mask", "past_key_values"} <= set(params):
+        if {"input_ids", "attention_mask"} <= set(params) and ({"cache", "past_key_values"} & set(params)):
             return name
     return ""
 

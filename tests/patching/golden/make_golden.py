@@ -21,6 +21,7 @@ sys.path.insert(0, os.path.dirname(HERE))  # tests/patching, for patch_models
 from patch_models import CAUSAL, FAMILIES, build, cell, cells_for  # noqa: E402
 
 import hf_trajpe  # noqa: E402
+from hf_trajpe.compat import cache_kwarg, output_cache  # noqa: E402
 
 FILE = os.path.join(HERE, "logits.safetensors")
 
@@ -67,7 +68,7 @@ def run_cell(family: str, attn: str, encoding: str, opts: dict) -> dict[str, tor
             res = model(input_ids=ids, attention_mask=mask, use_cache=True)
             nxt = torch.tensor([[5], [9]])
             step = model(input_ids=nxt, attention_mask=torch.cat([mask, torch.ones_like(nxt)], 1),
-                         past_key_values=res.past_key_values, use_cache=True)
+                         **{cache_kwarg(): output_cache(res)}, use_cache=True)
             out["step"] = step.logits[:, -1]
     return out
 
