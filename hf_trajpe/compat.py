@@ -22,6 +22,7 @@ import warnings
 from functools import lru_cache
 
 __all__ = [
+    "TESTED",
     "TESTED_TRANSFORMERS",
     "cache_kwarg",
     "cache_from_kwargs",
@@ -31,8 +32,15 @@ __all__ = [
     "version_tuple",
 ]
 
-#: the oldest and newest transformers releases the default test suite passes on (``make test-compat``)
-TESTED_TRANSFORMERS: tuple[str, str] = ("5.23.0", "5.24.0")
+#: the oldest and newest release of each library the default test suite passes on (``make test-compat``:
+#: one fresh environment with every oldest end, one with every newest); ``pyproject.toml`` allows exactly
+#: ``>=oldest,<=newest`` (a test checks that the two agree)
+TESTED: dict[str, tuple[str, str]] = {
+    "transformers": ("5.23.0", "5.24.0"),
+    "accelerate": ("1.14.0", "1.15.0"),
+    "peft": ("0.21.0", "0.21.2"),
+}
+TESTED_TRANSFORMERS: tuple[str, str] = TESTED["transformers"]
 
 
 def version_tuple(version: str) -> tuple[int, ...]:

@@ -230,6 +230,7 @@ def test_study_runs_several_configs_in_order_and_ends_with_every_summary(tmp_pat
     assert main(["study", "--no-progress", *configs]) == 0
     out = capsys.readouterr()
     assert (tmp_path / "a" / "report" / "tasks.md").is_file() and (tmp_path / "b" / "report" / "tasks.md").is_file()
-    tail = out.err[out.err.rindex("# Task study `a`"):]  # both summaries, in order, last on the screen
+    tail = out.out[out.out.rindex("# Task study `a`"):]  # both summaries, in order, last, on stdout
     assert "**selective_copy**" in tail and tail.index("# Task study `b`") > tail.index("**selective_copy**")
-    assert "**counting**" in tail and out.err.count("# Task study `a`") == 1
+    assert "**counting**" in tail and out.out.count("# Task study `a`") == 1
+    assert "# Task study" not in out.err, "progress and diagnostics go to stderr, the results to stdout"

@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
             return 2
         folders = sorted({str(Path(p).parent) for p in paths.values()})
         shown.append(paths["study_md"])
-        print(f"the whole study: {paths['study_md']} (every file it wrote is in {', '.join(folders)})")
+        print(f"the whole study: {paths['study_md']} (every file it wrote is in {', '.join(folders)})", flush=True)
     if len(configs) > 1:  # the results, last on the screen
-        print("\n" + "\n".join(first_screen(Path(p).read_text()) for p in shown), file=sys.stderr, flush=True)
+        print("\n" + "\n".join(first_screen(Path(p).read_text()) for p in shown), flush=True)
     return 0

@@ -180,7 +180,7 @@ def run_study(cfg: StudyConfig, command: str | None = None, progress: bool = Tru
     paths = write_study_report(cfg, result, summaries, sweep_names(cfg), timing, package_versions(), command,
                                control, positions)
     if summary:
-        log("\n" + first_screen(paths["study_md"].read_text()))  # the result, last on the screen
+        print("\n" + first_screen(paths["study_md"].read_text()), flush=True)  # the result: stdout, last
     return paths
 
 

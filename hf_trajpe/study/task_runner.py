@@ -162,7 +162,7 @@ def run_task_study(cfg: TaskStudyConfig, command: str | None = None, progress: b
     timing["total_wall_seconds"] = time.perf_counter() - wall
     paths = write_task_report(cfg, results, summaries, skipped, timing, package_versions(), command)
     if summary:
-        log("\n" + first_screen(paths["study_md"].read_text()))  # the result, last on the screen
+        print("\n" + first_screen(paths["study_md"].read_text()), flush=True)  # the result: stdout, last
     return paths
 
 
