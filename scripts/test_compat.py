@@ -111,8 +111,8 @@ def run_suite(python: Path, label: str) -> dict:
 
 
 def table(results: list[dict]) -> str:
-    lines = ["| environment | transformers | accelerate | peft | torch | passed | failed | errors | skipped | wall | CPU |",
-             "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| environment | transformers | accelerate | peft | torch | passed | failed | errors | skipped | wall "
+             "| CPU |", "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in results:
         v = r["versions"]
         lines.append(f"| {r['label']} | {v['transformers']} | {v['accelerate']} | {v['peft']} | {v['torch']} | "

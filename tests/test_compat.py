@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import logging
 import re
-import tomllib
 import warnings
 from pathlib import Path
 
 import pytest
+import tomllib
 import torch
 
 import hf_trajpe
