@@ -17,6 +17,7 @@ from .hooks import make_post_hook, make_pre_hook
 from .modules import PatchedPositionTable, PatchedRotary
 from .persistence import MODULE_NAME, STATE_NAME, from_pretrained, load_patch, make_save_pretrained, save_patch
 from .plan import ATTENTION_NAMES, get_path, resolve_plan
+from .rope_scaling import extend_config, scaled_rotary_module
 from .state import STATE_ATTR, PatchState
 
 __all__ = ["PatchHandle", "patch", "unpatch", "get_handle", "save_patch", "load_patch", "from_pretrained",
@@ -79,8 +80,14 @@ def patch(model: nn.Module, encoding: str | PatchConfig = "native", **options) -
             if path is None:
                 continue
             parent, name, stock = get_path(base, path)
-            setattr(parent, name, cls(stock, state))
+            if cls is PatchedRotary and plan.rope_scaling is not None:
+                replacement = PatchedRotary(stock, state, scaled_rotary_module(stock, model.config, plan.rope_scaling))
+            else:
+                replacement = cls(stock, state)
+            setattr(parent, name, replacement)
             undo.append(lambda parent=parent, name=name, stock=stock: setattr(parent, name, stock))
+        if plan.rope_scaling is not None and family.rotary_path:
+            undo.append(extend_config(model.config, plan.rope_scaling))
         if plan.uses_attention and family.self_attention:  # (an override may put its bias in itself: install)
             register_attention()
             model.set_attn_implementation(ATTENTION_NAMES[plan.attn_stock])

@@ -31,6 +31,21 @@ __all__ = ["ATTENTION_NAMES", "INDEX_ATTR", "attention_inputs", "register_attent
 INDEX_ATTR = "_hf_trajpe_index"
 
 
+def _frequencies(st: PatchState, head_dim: int, device) -> tuple[torch.Tensor, float]:
+    """``inv_freq`` and ``attention_scaling`` of a rotation inside attention: ``rope_theta``'s, or the context
+    extension's (transformers' formulas, computed once per device)."""
+    scaling = st.plan.rope_scaling
+    if scaling is None:
+        return rotary_inv_freq(head_dim, st.plan.rope_theta, device=device), 1.0
+    memo = st.__dict__.setdefault("_rope_frequencies", {})
+    key = (head_dim, device)
+    if key not in memo:
+        from .rope_scaling import attention_rope_frequencies
+
+        memo[key] = attention_rope_frequencies(scaling, head_dim, device)
+    return memo[key]
+
+
 def attention_inputs(st: PatchState, query: torch.Tensor, key: torch.Tensor):
     """``query``/``key`` ``[b, h, n|t, d]`` rotated (rotary schemes on models without a rotary module)
     and the score bias ``[b, h, n, t]`` (bias schemes) or ``None``; both built once per forward."""
@@ -42,9 +57,9 @@ def attention_inputs(st: PatchState, query: torch.Tensor, key: torch.Tensor):
     if scheme.contributes == "rotary":
         memo_key = ("rope", query.shape[-1], query.dtype, kv)
         if memo_key not in step.memo:
-            inv = rotary_inv_freq(query.shape[-1], st.plan.rope_theta, device=query.device)
-            q_cs = scheme.rotary_cos_sin(q_pos, inv, 1.0, query.dtype)
-            k_cs = q_cs if kv == query.shape[2] else scheme.rotary_cos_sin(k_pos, inv, 1.0, query.dtype)
+            inv, scale = _frequencies(st, query.shape[-1], query.device)
+            q_cs = scheme.rotary_cos_sin(q_pos, inv, scale, query.dtype)
+            k_cs = q_cs if kv == query.shape[2] else scheme.rotary_cos_sin(k_pos, inv, scale, query.dtype)
             step.memo[memo_key] = (q_cs, k_cs)
         (cq, sq), (ck, sk) = step.memo[memo_key]
         # rotation.py: same values as apply_rotary; the backward keeps no unrotated copy of q/k

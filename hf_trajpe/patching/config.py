@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from ..checks import check_beta
 from ..encodings.interpolation import INTERPOLATION_MODES
 from ..strength import check_strength_option
+from .rope_scaling import check_rope_parameters
 from .schemes import SCHEMES, check_interpolation, encoding_names, trajectory_base_names
 
 __all__ = ["ENCODINGS", "TRAJECTORY_BASES", "CONFIG_NAME", "PatchConfig"]
@@ -55,6 +56,10 @@ class PatchConfig:
       are clamped, with one warning and a count (``PatchHandle.clamped_tokens``).
     - ``rope_theta``: base of the rotary frequencies when ``rope`` is put on a model that has none
       (models with their own rotary module keep their own frequencies).
+    - ``rope_parameters``: context extension of the rotation (``rope``, ``native`` on a RoPE model, trajectory
+      on ``rope``): transformers' ``config.rope_parameters`` dict (``rope_type`` ``default``, ``linear``,
+      ``dynamic``, ``yarn``, ``longrope``, ``llama3``, or ``ntk`` for static NTK-aware scaling, with their
+      keys); see :mod:`hf_trajpe.patching.rope_scaling`. Saved with every default filled in.
     - ``sinusoid_scale``: amplitude of the added sinusoid (``sinusoidal``, or ``trajectory`` on it).
       ``1.0`` is the unit sinusoid of docs/spec.md, section 2. ``"embeddings"`` matches the RMS of the
       model's token embeddings at patch time (resolved to a number then, so a saved patch reloads
@@ -77,6 +82,7 @@ class PatchConfig:
     max_positions: int | None = None
     rope_theta: float = 10000.0
     sinusoid_scale: float | str = 1.0
+    rope_parameters: dict | None = None
     scheme_options: dict = field(default_factory=dict)
     version: int = field(default=FORMAT_VERSION, repr=False)
 
@@ -132,6 +138,15 @@ class PatchConfig:
                 "sinusoid_scale applies only to encoding='sinusoidal' or trajectory with base='sinusoidal', "
                 f"not {self.encoding!r}" + (f" on {self.base!r}" if self.base else "")
             )
+        if self.rope_parameters is not None:
+            rotation = (self.encoding in ("rope", "native")
+                        or (self.encoding == "trajectory" and self.base in (None, "rope")))
+            if not rotation:
+                raise ValueError(
+                    "rope_parameters extends a rotary encoding: give it with encoding='rope', 'native' (on a RoPE "
+                    f"model) or 'trajectory' on base 'rope', not {self.encoding!r}"
+                    + (f" on {self.base!r}" if self.base else ""))
+            self.rope_parameters = check_rope_parameters(self.rope_parameters)
         for name in ("learnable_strength", "detach", "cache"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
@@ -191,8 +206,9 @@ class PatchConfig:
         """The saved form; ``scheme_options`` only when a scheme has some (files of the encodings without
         options are as before the field existed)."""
         data = dataclasses.asdict(self)
-        if not data["scheme_options"]:
-            del data["scheme_options"]
+        for key in ("scheme_options", "rope_parameters"):
+            if not data[key]:
+                del data[key]
         return data
 
     @classmethod

@@ -16,12 +16,15 @@ from torch import nn
 from ..strength import make_strength
 from .config import PatchConfig
 from .families import FamilyAdapter, adapter_for
+from .families.structure import rotary_frequencies
+from .rope_scaling import RopeScaling, resolve_rope_parameters
 from .schemes import check_interpolation, get_scheme
 
-__all__ = ["ATTENTION_NAMES", "STATIC_ROPE_TYPES", "PatchPlan", "resolve_plan", "get_path", "self_attention_modules"]
+__all__ = ["ATTENTION_NAMES", "ROTARY_TYPES", "PatchPlan", "resolve_plan", "get_path", "self_attention_modules"]
 
-#: rotary types whose frequencies are fixed at init (dynamic ones rescale inside the stock forward)
-STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
+#: rotary types of a model's own rotary module that the patch reproduces: fixed at init, or (``dynamic``,
+#: ``longrope``) updated with the sequence length by the module's own code before each use
+ROTARY_TYPES = ("default", "linear", "llama3", "yarn", "dynamic", "longrope")
 #: our attention implementation name for each stock one we wrap
 ATTENTION_NAMES = {"eager": "hf_trajpe_eager", "sdpa": "hf_trajpe_sdpa", "flex_attention": "hf_trajpe_flex"}
 
@@ -85,6 +88,8 @@ class PatchPlan:
     rope_theta: float
     head_dim: int | None = None
     attention_modules: int = 0
+    #: context extension of the rotation (``rope_parameters``), resolved against the model; ``None``: none
+    rope_scaling: RopeScaling | None = None
 
     @property
     def key_positions(self) -> bool:
@@ -186,27 +191,63 @@ def resolve_plan(config: PatchConfig, model: nn.Module) -> PatchPlan:
             f"{attn_stock!r}{f' ({name}: {why})' if why else ''} (load it with attn_implementation="
             f"{' or '.join(map(repr, impls))}, or call model.set_attn_implementation(...) before patching)"
         )
-    if family.rotary_path:
-        rotary = get_path(base, family.rotary_path)[2]
+    rotary = get_path(base, family.rotary_path)[2] if family.rotary_path else None
+    if rotary is not None:
         rope_types = getattr(rotary, "rope_type", "default")  # a dict per layer type in some models
         for rope_type in rope_types.values() if isinstance(rope_types, dict) else (rope_types,):
-            if rope_type not in STATIC_ROPE_TYPES:
+            if rope_type not in ROTARY_TYPES:
                 raise NotImplementedError(
-                    f"rope_type {rope_type!r} rescales frequencies at run time; supported rope types: "
-                    f"{', '.join(STATIC_ROPE_TYPES)}"
+                    f"rope_type {rope_type!r} of {type(rotary).__name__} is not one hf_trajpe reproduces; "
+                    f"supported rope types: {', '.join(ROTARY_TYPES)}"
                 )
     if config.sinusoid_scale == "embeddings":
         config = dataclasses.replace(config, sinusoid_scale=embedding_matched_scale(model))
     attention = self_attention_modules(base, family.self_attention)
+    head_dim = _head_dim(attention, model_config)
+    scaling = None
+    if config.rope_parameters is not None:
+        scaling = _rope_scaling(config, model_config, family, name, hook, rotary, head_dim)
+        config = dataclasses.replace(config, rope_parameters=scaling.given)
     plan = PatchPlan(
         config=config, family=family, scheme=name, trajectory=trajectory, interpolation=interpolation,
         causal=causal, width=int(model_config.hidden_size), table_offset=table_offset,
         max_positions=max_positions, hook=hook, attn_stock=attn_stock,
         sinusoid_scale=float(config.sinusoid_scale), rope_theta=float(config.rope_theta),
-        head_dim=_head_dim(attention, model_config), attention_modules=len(attention),
+        head_dim=head_dim, attention_modules=len(attention), rope_scaling=scaling,
     )
     scheme_cls.check_model(plan)
     return plan
+
+
+def _rope_scaling(config: PatchConfig, model_config, family: FamilyAdapter, name: str, hook: str, rotary,
+                  head_dim: int | None) -> RopeScaling:
+    """The context extension of ``config.rope_parameters`` resolved against the model, or a refusal saying why."""
+    if name != "rope":
+        raise ValueError(f"rope_parameters extends a rotation, and this patch runs {name!r} ({family.name}'s own "
+                         f"scheme is {family.native!r}): use encoding='rope' or trajectory with base='rope'")
+    if hook == "rotary":
+        if rotary is None:
+            raise NotImplementedError(f"{family.name} computes its rotation in its own code; context extension needs "
+                                      "a rotary module that transformers builds from config.rope_parameters")
+        if isinstance(getattr(rotary, "rope_type", None), dict):
+            raise NotImplementedError(f"{type(rotary).__name__} keeps rotary parameters per layer type; context "
+                                      "extension applies to models with one set")
+        inv_freq, _ = rotary_frequencies(rotary)
+        return resolve_rope_parameters(config.rope_parameters, model_config, 2 * inv_freq.numel())
+    if head_dim is None:
+        raise NotImplementedError(f"{family.name}: cannot tell the attention head width for the rotation")
+    given = dict(config.rope_parameters)
+    given.setdefault("rope_theta", float(config.rope_theta))  # the rotation inside attention uses rope_theta
+    return resolve_rope_parameters(given, _NoRope(model_config), head_dim)
+
+
+class _NoRope:
+    """A model config seen without its rotary settings (a model without a rotary module has none to keep)."""
+
+    def __init__(self, model_config) -> None:
+        self.model_type = model_config.model_type
+        self.max_position_embeddings = getattr(model_config, "max_position_embeddings", None)
+        self.rope_parameters = None
 
 
 def plan_strength(plan: PatchPlan) -> nn.Module | None:

@@ -90,9 +90,12 @@ def test_models_without_supported_positions_are_refused_with_the_reason(config_n
         hf_trajpe.patch(model, "rope")
 
 
-def test_dynamic_rope_is_refused():
-    model = build("llama", rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0})
-    with pytest.raises(NotImplementedError, match="supported rope types"):
+def test_a_rope_type_hf_trajpe_does_not_reproduce_is_refused():
+    """``dynamic`` and ``longrope`` are reproduced (tests/patching/test_rope_scaling.py); a type the patch does
+    not know is refused with the list."""
+    model = build("llama")
+    model.model.rotary_emb.rope_type = "proportional"
+    with pytest.raises(NotImplementedError, match="supported rope types: default, linear, llama3, yarn, dynamic"):
         hf_trajpe.patch(model, "native")
 
 
