@@ -6,6 +6,14 @@
 
 Repeating a name gives several training seeds of that model. Writes ``report.json``, ``report.md``,
 ``delta_per_type.png`` and ``ppl_vs_length.png`` into ``--out`` (see docs/evaluation.md).
+
+Long context (``--long-context LENGTH``): perplexity against position on long real text and passkey
+retrieval, for a model as loaded and patched (context extensions), written as ``long_context.json`` and
+``long_context.md``::
+
+    hf-trajpe eval --long-context 12288 --model stock=M --model yarn=M \
+                   --patch yarn='{"encoding": "rope", "rope_parameters": {"rope_type": "yarn", "factor": 2}}' \
+                   --passkey-lengths 4096 12288 --out outputs/long
 """
 
 from __future__ import annotations
@@ -29,8 +37,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="training context length (default: %(default)s)")
     p.add_argument("--lengths", type=_args.int_at_least(1, "a length multiple"), nargs="+", default=[1, 2, 4],
                    help="context lengths as multiples of --block-size (default: 1 2 4)")
-    p.add_argument("--tokenizer", type=_tokenizer, default="byte",
-                   help="byte, minilm, a local folder or a .gguf file (default: %(default)s)")
+    p.add_argument("--tokenizer", type=_tokenizer, default=None,
+                   help="byte, minilm, a local folder or a .gguf file (default: byte; with --long-context, the "
+                        "first model's own)")
     p.add_argument("--mode", choices=("clm", "mlm"), default=None,
                    help="causal (next token) or masked LM scoring (default: from the model class)")
     p.add_argument("--max-sequences", type=_args.int_at_least(1, "the number of test blocks"), default=64,
@@ -49,6 +58,40 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a difference inside +-PERCENT (relative perplexity) counts as equivalent when the 90%% "
                         "interval lies inside it: two one-sided tests at 5%% (default: %(default)s)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    long = p.add_argument_group("long context (--long-context)")
+    long.add_argument("--long-context", type=_args.int_at_least(2, "the long-context length"), default=None,
+                      metavar="LENGTH", help="instead of the content types: perplexity by position over LENGTH tokens "
+                                             "of long real text, and passkey retrieval (docs/evaluation.md)")
+    long.add_argument("--patch", type=_patch, action="append", default=[], metavar="NAME=JSON",
+                      help="patch options for the model of that --model name, as hf_trajpe.patch takes them: "
+                           '\'{"encoding": "rope", "rope_parameters": {"rope_type": "yarn", "factor": 2}}\'')
+    long.add_argument("--trained-length", type=_args.int_at_least(1, "the trained length"), default=None,
+                      help="windows are multiples of it (default: from the model's config)")
+    long.add_argument("--kinds", nargs="+", default=None, metavar="KIND",
+                      help="kinds of real text: stdlib, license, man (default: all three)")
+    long.add_argument("--documents", type=_args.int_at_least(1, "the number of documents"), default=2,
+                      help="documents per kind (default: %(default)s)")
+    long.add_argument("--passkey-lengths", type=_args.int_at_least(16, "a passkey length"), nargs="*", default=[],
+                      metavar="TOKENS", help="passkey prompts of these lengths (default: none)")
+    long.add_argument("--passkey-depths", type=float, nargs="+", default=[0.1, 0.5, 0.9], metavar="DEPTH",
+                      help="where the key sits in the filler, 0 to 1 (default: 0.1 0.5 0.9)")
+    long.add_argument("--passkey-trials", type=_args.int_at_least(1, "the number of trials"), default=1,
+                      help="keys per length and depth (default: %(default)s)")
+
+
+def _patch(text: str) -> tuple[str, dict]:
+    import json
+
+    name, sep, spec = text.partition("=")
+    try:
+        options = json.loads(spec) if sep and name else None
+    except json.JSONDecodeError as err:
+        raise argparse.ArgumentTypeError(f"--patch {name}=...: not JSON ({err}); write options as a JSON object, "
+                                         'e.g. \'{"encoding": "rope", "rope_parameters": {"rope_type": "yarn", '
+                                         '"factor": 2}}\'') from None
+    if not isinstance(options, dict):
+        raise argparse.ArgumentTypeError(f"--patch wants NAME=JSON object of patch options, got {text!r}")
+    return name, options
 
 
 def _tokenizer(text: str) -> str:
@@ -83,6 +126,12 @@ def _margin(text: str) -> float:
 
 def check(args: argparse.Namespace) -> None:
     names = list(parse_models(args.model))
+    unknown = sorted({name for name, _ in getattr(args, "patch", [])} - set(names))
+    if unknown:
+        raise ValueError(f"--patch names {', '.join(unknown)}, which no --model has; give --model NAME=PATH for it")
+    if getattr(args, "patch", None) and args.long_context is None:
+        raise ValueError("--patch applies to --long-context evaluations; for the content types, evaluate saved "
+                         "models (save a patched model with save_pretrained)")
     if args.baseline is not None and args.baseline not in names:
         raise ValueError(f"--baseline {args.baseline!r} is not among the --model names {names}; "
                          "use one of them (default: the first)")
@@ -106,11 +155,46 @@ def parse_models(items: list[str]) -> dict[str, list[str]]:
     return models
 
 
+def _run_long_context(args: argparse.Namespace) -> int:
+    from ..evaluation.long_context import LONG_KINDS
+    from ..evaluation.long_context_run import evaluate_long_context, write_long_context_report
+    from ..patching import PatchConfig
+
+    models = parse_models(args.model)
+    twice = [n for n, paths in models.items() if len(paths) > 1]
+    if twice:
+        raise ValueError(f"--long-context takes one --model per name; {', '.join(twice)} repeated")
+    patches = dict(args.patch)
+    for options in patches.values():  # checked before any model is loaded
+        options = dict(options)
+        PatchConfig.from_options(options.pop("encoding", "native"), **options)
+    kinds = args.kinds or list(LONG_KINDS)
+    bad = [k for k in kinds if k not in LONG_KINDS]
+    if bad:
+        raise ValueError(f"--kinds: unknown {', '.join(bad)}; kinds of long real text: {', '.join(LONG_KINDS)}")
+    if any(not 0.0 <= d <= 1.0 for d in args.passkey_depths):
+        raise ValueError(f"--passkey-depths must lie in [0, 1], got {args.passkey_depths}")
+    result = evaluate_long_context({n: p[0] for n, p in models.items()}, patches,
+                                   tokenizer=args.tokenizer,
+                                   length=args.long_context, trained_length=args.trained_length, kinds=kinds,
+                                   documents=args.documents, passkey_lengths=args.passkey_lengths,
+                                   passkey_depths=args.passkey_depths, passkey_trials=args.passkey_trials,
+                                   n_resamples=args.bootstrap, progress=not args.no_progress)
+    paths = write_long_context_report(result, args.out)
+    print(paths["md"].read_text())
+    print(f"wrote {', '.join(str(p) for p in paths.values())}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from ..evaluation import evaluate_models, write_report
 
+    if args.long_context is not None:
+        return _run_long_context(args)
+
     result = evaluate_models(parse_models(args.model), baseline=args.baseline, content_types=args.types,
-                             tokenizer=args.tokenizer, block_size=args.block_size, length_multipliers=args.lengths,
+                             tokenizer=args.tokenizer or "byte", block_size=args.block_size,
+                             length_multipliers=args.lengths,
                              max_sequences=args.max_sequences, n_test=args.n_test, data_dir=args.data,
                              data_seed=args.data_seed, mode=args.mode, batch_size=args.batch_size,
                              n_resamples=args.bootstrap, progress=not args.no_progress,
