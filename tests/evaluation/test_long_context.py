@@ -11,8 +11,13 @@ import pytest
 import torch
 import transformers as T
 
-from hf_trajpe.evaluation.long_context import (long_documents, passkey_prompt, passkey_retrieval,
-                                               perplexity_by_window, token_nll)
+from hf_trajpe.evaluation.long_context import (
+    long_documents,
+    passkey_prompt,
+    passkey_retrieval,
+    perplexity_by_window,
+    token_nll,
+)
 
 
 def _tiny_llama(max_positions: int = 64):
@@ -99,7 +104,7 @@ def test_the_command_evaluates_a_model_and_its_extensions(tmp_path, capsys):
     model = _tiny_llama(max_positions=64)
     model.save_pretrained(tmp_path / "tiny")
     yarn = json.dumps({"encoding": "rope", "rope_parameters": {"rope_type": "yarn", "factor": 2}})
-    argv = ["eval", "--long-context", "160", "--model", f"stock=tmp_path/tiny", "--model", f"yarn=tmp_path/tiny",
+    argv = ["eval", "--long-context", "160", "--model", "stock=tmp_path/tiny", "--model", "yarn=tmp_path/tiny",
             "--patch", f"yarn={yarn}", "--tokenizer", "byte", "--kinds", "stdlib", "license",
             "--documents", "2", "--passkey-lengths", "120", "--passkey-depths", "0.5", "--bootstrap", "100",
             "--no-progress", "--out", str(tmp_path / "out")]
