@@ -108,7 +108,9 @@ def parse_models(items: list[str]) -> dict[str, list[str]]:
 
 def run(args: argparse.Namespace) -> int:
     from ..evaluation import evaluate_models, write_report
+    from ..paths import writable_dir
 
+    writable_dir(args.out, "--out")  # before any model is loaded: the report must have somewhere to go
     result = evaluate_models(parse_models(args.model), baseline=args.baseline, content_types=args.types,
                              tokenizer=args.tokenizer, block_size=args.block_size, length_multipliers=args.lengths,
                              max_sequences=args.max_sequences, n_test=args.n_test, data_dir=args.data,
