@@ -328,19 +328,20 @@ def test_the_launcher_is_watched_only_when_a_launcher_started_the_run(monkeypatc
 
 
 @pytest.mark.parametrize("override,message", [
-    (["logging.project=../../../TB"], "logging.project: '../../../TB' is not a valid name"),
-    (["logging.project=/tmp/TB"], "logging.project: '/tmp/TB' is not a valid name"),
+    (["logging.project=../../TB"], "logging.project: '../../TB' is not a valid name"),
+    (["logging.project={tmp}/TB"], "logging.project: '{tmp}/TB' is not a valid name"),
     (["model.config.n_layer=two"], "model.config.n_layer: expected a number, got the string 'two'"),
     (["model.config.n_embd=63"], "model.config.n_embd: 63 is not divisible by model.config.n_head"),
 ])
 def test_a_path_out_of_output_dir_or_a_value_transformers_refuses_fails_before_any_work(tmp_path, capsys, override,
                                                                                          message):
-    """Exit status 2 naming the dotted key; nothing written (no output_dir, so no .hf_trajpe.lock)."""
+    """Exit status 2 naming the dotted key; nothing written (no output_dir, so no .hf_trajpe.lock). The
+    project paths point into tmp_path (out/logs/../../TB is tmp_path/TB), so a regression writes there."""
     out = tmp_path / "out"
-    rc = _recipe_main()(["--config", str(TINY), f"output_dir={out}", *override])
+    rc = _recipe_main()(["--config", str(TINY), f"output_dir={out}", *(o.format(tmp=tmp_path) for o in override)])
     assert rc == 2
-    assert message in capsys.readouterr().err
-    assert not out.exists() and not (tmp_path / "TB").exists()
+    assert message.format(tmp=tmp_path) in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_an_output_dir_that_cannot_be_created_is_said_before_any_work(tmp_path, capsys):
