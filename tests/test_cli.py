@@ -234,3 +234,21 @@ def test_study_runs_several_configs_in_order_and_ends_with_every_summary(tmp_pat
     assert "**selective_copy**" in tail and tail.index("# Task study `b`") > tail.index("**selective_copy**")
     assert "**counting**" in tail and out.out.count("# Task study `a`") == 1
     assert "# Task study" not in out.err, "progress and diagnostics go to stderr, the results to stdout"
+
+
+@pytest.mark.parametrize("command", [["eval", "--model", "a=."], ["bench", "encoding", "--repeats", "1"]])
+def test_an_output_folder_that_cannot_be_created_is_refused_before_any_work(command, tmp_path, capsys, monkeypatch):
+    """A path that passes the argument check (a dangling link on the way) but cannot be created: status 2
+    naming --out, before a model is loaded or anything measured."""
+    import hf_trajpe.benchmarks.suite
+    import hf_trajpe.evaluation
+
+    def work_started(*args, **kwargs):
+        raise AssertionError("the work started before the output folder was checked")
+
+    monkeypatch.setattr(hf_trajpe.evaluation, "evaluate_models", work_started)
+    monkeypatch.setattr(hf_trajpe.benchmarks.suite, "run_benchmarks", work_started)
+    (tmp_path / "link").symlink_to(tmp_path / "nowhere")
+    out = tmp_path / "link" / "out"
+    assert main([*command, "--out", str(out)]) == 2
+    assert f"--out '{out}' cannot be created or written" in capsys.readouterr().err

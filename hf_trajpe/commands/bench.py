@@ -70,6 +70,10 @@ def check(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
+    from ..paths import writable_dir
+
+    if args.out:
+        writable_dir(args.out, "--out")  # before any measurement: the results must have somewhere to go
     if args.repeats is not None and args.repeats < 1:
         raise ValueError(f"--repeats must be at least 1, got {args.repeats}")
     if args.max_repeats is not None and args.repeats is not None and args.max_repeats < args.repeats:

@@ -159,6 +159,7 @@ def _run_long_context(args: argparse.Namespace) -> int:
     from ..evaluation.long_context import LONG_KINDS
     from ..evaluation.long_context_run import evaluate_long_context, write_long_context_report
     from ..patching import PatchConfig
+    from ..paths import writable_dir
 
     models = parse_models(args.model)
     twice = [n for n, paths in models.items() if len(paths) > 1]
@@ -174,6 +175,7 @@ def _run_long_context(args: argparse.Namespace) -> int:
         raise ValueError(f"--kinds: unknown {', '.join(bad)}; kinds of long real text: {', '.join(LONG_KINDS)}")
     if any(not 0.0 <= d <= 1.0 for d in args.passkey_depths):
         raise ValueError(f"--passkey-depths must lie in [0, 1], got {args.passkey_depths}")
+    writable_dir(args.out, "--out")  # before any model is loaded
     result = evaluate_long_context({n: p[0] for n, p in models.items()}, patches,
                                    tokenizer=args.tokenizer,
                                    length=args.long_context, trained_length=args.trained_length, kinds=kinds,
@@ -188,10 +190,11 @@ def _run_long_context(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from ..evaluation import evaluate_models, write_report
+    from ..paths import writable_dir
 
     if args.long_context is not None:
         return _run_long_context(args)
-
+    writable_dir(args.out, "--out")  # before any model is loaded: the report must have somewhere to go
     result = evaluate_models(parse_models(args.model), baseline=args.baseline, content_types=args.types,
                              tokenizer=args.tokenizer or "byte", block_size=args.block_size,
                              length_multipliers=args.lengths,

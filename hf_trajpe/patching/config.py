@@ -29,6 +29,8 @@ TRAJECTORY_BASES: tuple[str, ...] = trajectory_base_names()
 #: File written beside the weights by ``save_pretrained`` on a patched model.
 CONFIG_NAME = "hf_trajpe_config.json"
 FORMAT_VERSION = 1
+#: keys of the saved file that are not options (``save_id``: which save wrote it; persistence.py)
+FILE_KEYS = ("save_id",)
 #: the largest position limit: float32 positions keep 1/8 of a position past 2**20
 MAX_POSITIONS = 2**20
 
@@ -123,6 +125,13 @@ class PatchConfig:
         rt = self.rope_theta
         if isinstance(rt, bool) or not isinstance(rt, (int, float)) or not (math.isfinite(rt) and rt > 1):
             raise ValueError(f"rope_theta must be a number > 1, got {self.rope_theta!r}")
+        named = self.option_scheme()
+        if self.rope_theta != defaults["rope_theta"] and named is not None and SCHEMES[named].contributes != "rotary":
+            raise ValueError(
+                f"rope_theta applies only where a rotation is applied (encoding='rope', or trajectory on "
+                f"base='rope'); {self.encoding!r}" + (f" on {self.base!r}" if self.base else "")
+                + " uses no rotary, so it would be ignored: leave rope_theta out"
+            )
         if isinstance(self.sinusoid_scale, str):
             if self.sinusoid_scale != "embeddings":
                 raise ValueError(f"sinusoid_scale must be a number > 0 or 'embeddings', got {self.sinusoid_scale!r}")
@@ -213,6 +222,7 @@ class PatchConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> PatchConfig:
+        data = {k: v for k, v in data.items() if k not in FILE_KEYS}
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -223,12 +233,14 @@ class PatchConfig:
             )
         return cls(**{k: v for k, v in data.items() if k in known})
 
-    def save(self, directory: str | os.PathLike) -> str:
-        """Write ``hf_trajpe_config.json`` into ``directory``; returns the file path."""
+    def save(self, directory: str | os.PathLike, save_id: str | None = None) -> str:
+        """Write ``hf_trajpe_config.json`` into ``directory``; returns the file path. ``save_id``: the id of
+        the ``save_pretrained`` that wrote ``config.json`` beside it (``persistence.SAVE_ID_KEY``)."""
         os.makedirs(directory, exist_ok=True)
         path = os.path.join(directory, CONFIG_NAME)
+        data = self.to_dict() | ({"save_id": save_id} if save_id is not None else {})
         with open(path, "w", encoding="utf-8") as fh:
-            json.dump(self.to_dict(), fh, indent=2, sort_keys=True)
+            json.dump(data, fh, indent=2, sort_keys=True)
             fh.write("\n")
         return path
 
@@ -248,7 +260,12 @@ class PatchConfig:
         if not isinstance(data, dict):
             raise ValueError(f"{path} must hold a JSON object of patch options, got {type(data).__name__}")
         version = data.get("version", FORMAT_VERSION)
-        if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= FORMAT_VERSION:
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            raise ValueError(
+                f"{path} has an invalid format version {version!r} (hf_trajpe writes a positive integer): the file "
+                "is damaged or was edited by hand; save the patch again from the patched model"
+            )
+        if version > FORMAT_VERSION:
             raise ValueError(
                 f"{path} has format version {version!r}; this hf_trajpe reads versions 1 to {FORMAT_VERSION} "
                 "(a newer hf_trajpe wrote it: upgrade hf_trajpe)"

@@ -88,9 +88,13 @@ class PatchHandle:
     def unpatch(self) -> None:
         if not self.active:
             return
+        self._detach()
+        self.active = False
+
+    def _detach(self) -> None:
+        """Undo every change to the model, keeping this handle and its state (to be installed again)."""
         while self._undo:
             self._undo.pop()()
-        self.active = False
 
     def __enter__(self) -> PatchHandle:
         return self

@@ -40,6 +40,7 @@ def make_pre_hook(state: PatchState, runner: nn.Module, model_config, embed: nn.
     zero_token_types = accepts_token_types and state.plan.family.token_type_ids
 
     def pre_hook(module, args, kwargs):
+        state.guard.enter(state.describe())  # left by the post-hook, which runs even when the forward raises
         kw = dict(zip(names, args, strict=False))
         kw.update(kwargs)
         input_ids, inputs_embeds = kw.get("input_ids"), kw.get("inputs_embeds")
@@ -75,12 +76,17 @@ def make_pre_hook(state: PatchState, runner: nn.Module, model_config, embed: nn.
 
 
 def make_post_hook(state: PatchState) -> Callable:
+    """Register with ``always_call=True``: it also ends a forward that raised (``output`` is then ``None``)."""
+
     def post_hook(module, args, kwargs, output):
-        cache = output_cache(output)
-        if cache is not None and state.pending is not None:
-            cache.__dict__[MEMORY_ATTR] = state.pending
-            if "reorder_cache" not in cache.__dict__ and hasattr(type(cache), "reorder_cache"):
-                cache.reorder_cache = _reordering(cache)
+        try:
+            cache = output_cache(output) if output is not None else None
+            if cache is not None and state.pending is not None:
+                cache.__dict__[MEMORY_ATTR] = state.pending
+                if "reorder_cache" not in cache.__dict__ and hasattr(type(cache), "reorder_cache"):
+                    cache.reorder_cache = _reordering(cache)
+        finally:
+            state.guard.leave()
         return None
 
     return post_hook

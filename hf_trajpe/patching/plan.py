@@ -22,6 +22,8 @@ from .schemes import check_interpolation, get_scheme
 
 __all__ = ["ATTENTION_NAMES", "ROTARY_TYPES", "PatchPlan", "resolve_plan", "get_path", "self_attention_modules"]
 
+#: the default of ``PatchConfig.rope_theta``: any other value is an explicit request
+ROPE_THETA_DEFAULT = PatchConfig.__dataclass_fields__["rope_theta"].default
 #: rotary types of a model's own rotary module that the patch reproduces: fixed at init, or (``dynamic``,
 #: ``longrope``) updated with the sequence length by the module's own code before each use
 ROTARY_TYPES = ("default", "linear", "llama3", "yarn", "dynamic", "longrope")
@@ -121,6 +123,18 @@ def embedding_matched_scale(model: nn.Module) -> float:
     return math.sqrt(2.0) * rms
 
 
+def check_materialized(model: nn.Module) -> None:
+    """Refuse a model whose weights were never loaded (meta tensors): the patch reads the embeddings, the
+    position table and the rotary buffers, which hold no values there."""
+    if any(t.is_meta for t in (*model.parameters(), *model.buffers())):
+        raise ValueError(
+            f"this {type(model).__name__} has its weights on the meta device (built without values, e.g. under "
+            "init_empty_weights or device_map='meta'), and hf_trajpe reads the weights when patching. Load the "
+            "weights first (from_pretrained without device_map='meta', or to_empty() then load_state_dict()), "
+            "then patch"
+        )
+
+
 def _hook(scheme_cls, family: FamilyAdapter) -> str:
     provides = family.provides
     if scheme_cls.contributes == "additive":
@@ -140,6 +154,7 @@ def resolve_plan(config: PatchConfig, model: nn.Module) -> PatchPlan:
     model is not modified.
     """
     model_config = model.config
+    check_materialized(model)
     family = adapter_for(model)
     base = model.base_model
     if config.encoding not in family.encodings:
@@ -157,6 +172,10 @@ def resolve_plan(config: PatchConfig, model: nn.Module) -> PatchPlan:
     else:
         name = family.native if config.encoding == "native" else config.encoding
     scheme_cls = get_scheme(name)
+    if config.rope_theta != ROPE_THETA_DEFAULT and scheme_cls.contributes != "rotary":
+        desc = f"trajectory on {name}" if trajectory else f"{config.encoding} ({name})"
+        raise ValueError(f"rope_theta applies only where a rotation is applied; {desc} on this {family.name} model "
+                         "uses no rotary, so it would be ignored: leave rope_theta out")
     causal = bool(family.causal(model_config))
     if not scheme_cls.bidirectional and not causal:
         raise ValueError(f"{name} is defined for causal attention only; this {family.name} model is bidirectional")

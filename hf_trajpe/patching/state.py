@@ -19,6 +19,7 @@ from torch import nn
 
 from ..cache import DisplacementCache
 from ..encodings.trajectory import TrajectoryPast
+from .guard import ForwardGuard
 from .plan import PatchPlan, plan_strength
 from .schemes import get_scheme
 from .sources import RankPositions, TrajectoryPositions
@@ -111,6 +112,8 @@ class PatchState(nn.Module):
         self.monitor = None
         self.step: Step | None = None
         self.pending: DecodingMemory | None = None
+        #: one forward at a time (guard.py): the two fields above belong to the forward in progress
+        self.guard = ForwardGuard()
         #: real tokens whose trajectory position was clamped at the position limit, since patching
         self.clamped_tokens = 0
 

@@ -16,7 +16,14 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..training.config import ConfigError, ExperimentConfig, check_transformers_config, config_from_dict
+from ..paths import check_name
+from ..training.config import (
+    ConfigError,
+    ExperimentConfig,
+    check_transformers_config,
+    config_from_dict,
+    read_yaml,
+)
 from ..training.typed_config import apply_overrides, from_dict
 
 __all__ = ["StudyConfig", "experiment_config", "load_study_config", "patch_options", "NATIVE"]
@@ -91,8 +98,7 @@ class StudyConfig:
     def validate(self) -> StudyConfig:
         from ..patching import PatchConfig
 
-        if not self.encodings:
-            raise ConfigError("encodings: at least one encoding is needed")
+        check_encoding_names(self.encodings)
         for name, opts in self.encodings.items():
             if not isinstance(opts, dict) or "encoding" not in opts:
                 raise ConfigError(f"encodings.{name}: expected a mapping with an 'encoding' key, got {opts!r}")
@@ -111,6 +117,10 @@ class StudyConfig:
         check_margin(self.equivalence_margin)
         if not 0 < self.eval.calibrated_mass <= 1:
             raise ConfigError(f"eval.calibrated_mass must be in (0, 1], got {self.eval.calibrated_mass}")
+        if self.eval.n_resamples < 1 or not 0 < self.eval.level < 1 or self.eval.batch_size < 1:
+            raise ConfigError(f"eval: n_resamples >= 1, 0 < level < 1 (0.95 for 95%) and batch_size >= 1 are "
+                              f"needed; got n_resamples={self.eval.n_resamples}, level={self.eval.level}, "
+                              f"batch_size={self.eval.batch_size}")
         if self.eval.max_sequences < 1 or not self.eval.length_multipliers:
             raise ConfigError("eval: max_sequences >= 1 and at least one length multiplier are needed")
         if self.sweep is not None:
@@ -141,6 +151,18 @@ class StudyConfig:
         d = self.to_dict()
         keep = {k: d[k] for k in ("model", "tokenizer", "data", "train")}
         return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def check_encoding_names(encodings: dict) -> None:
+    """At least one encoding, each named so that its runs' folders (``<name>_s<seed>``) stay inside
+    ``output_dir/models`` (:func:`hf_trajpe.paths.check_name`)."""
+    if not isinstance(encodings, dict) or not encodings:
+        raise ConfigError("encodings: at least one encoding is needed (a mapping of name -> patch options)")
+    for name in encodings:
+        try:
+            check_name(name, "encodings")
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
 
 
 def check_training_sections(cfg) -> None:
@@ -215,12 +237,10 @@ def experiment_config(cfg: StudyConfig, name: str, options: dict | None, seed: i
 def load_study_config(path: str | Path, quick: bool = False, overrides: list[str] | None = None) -> StudyConfig:
     """Read a study YAML; ``quick`` applies its ``quick:`` overrides, then ``overrides``. A YAML with a
     ``tasks:`` section is the task study's (:class:`~hf_trajpe.study.task_config.TaskStudyConfig`)."""
-    import yaml
-
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"study config {str(path)!r} does not exist (see configs/study/default.yaml)")
-    data = yaml.safe_load(path.read_text()) or {}
+    data = read_yaml(path)
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a study config must be a mapping of keys, got {type(data).__name__}")
     data = copy.deepcopy(data)

@@ -19,7 +19,7 @@ import torch
 
 from .config import StudyConfig, experiment_config
 from .report import first_screen
-from .runs import Run, plan_runs, sweep_names
+from .runs import Run, check_run_folder, plan_runs, sweep_names
 from .train import SUMMARY, quiet_libraries, train_run
 
 __all__ = ["run_study", "package_versions"]
@@ -91,6 +91,8 @@ def train_all(cfg: StudyConfig, runs: list[Run], blocks_path: Path, log, experim
     one run (default: :func:`~hf_trajpe.study.train.train_run`)."""
     experiment = experiment or _experiment
     todo = [r for r in runs if not r.done]
+    for run in todo:  # before any training: a folder the study did not write is refused, never replaced
+        check_run_folder(run)
     done = [json.loads((r.folder / SUMMARY).read_text()) for r in runs if r.done]
     if done:
         log(f"reusing {len(done)} trained models from {cfg.output_dir}")

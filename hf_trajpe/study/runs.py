@@ -10,9 +10,12 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..paths import inside
 from .config import StudyConfig, patch_options
 
-__all__ = ["Run", "plan_runs", "same_patch", "sweep_names", "sweep_label"]
+__all__ = ["Run", "check_run_folder", "run_folder", "plan_runs", "same_patch", "sweep_names", "sweep_label"]
+
+SUMMARY = "train_summary.json"
 
 _TRAJECTORY_ONLY = ("base", "strength", "learnable_strength", "beta", "interpolation", "detach", "cache",
                     "cache_size")
@@ -28,10 +31,21 @@ class Run:
     @property
     def done(self) -> bool:
         """Trained and saved with the patch this run asks for (a changed encoding entry retrains)."""
-        path = self.folder / "train_summary.json"
+        path = self.folder / SUMMARY
         if not path.is_file():
             return False
         return same_patch(json.loads(path.read_text()).get("patch"), self.options)
+
+
+def check_run_folder(run: Run) -> None:
+    """Refuse a run whose folder holds something this study did not train (no ``train_summary.json``): the
+    trained model replaces the folder, and a folder the study did not write is never deleted."""
+    folder = Path(run.folder)
+    if folder.is_symlink() or (folder.exists() and not (folder / SUMMARY).is_file()):
+        raise FileExistsError(
+            f"{folder} exists but is not a model this study trained (it has no {SUMMARY}), and {run.name} seed "
+            f"{run.seed} would replace it; move it away, or set output_dir to another folder"
+        )
 
 
 def same_patch(saved: dict | None, options: dict | None) -> bool:
@@ -79,18 +93,24 @@ def sweep_names(cfg: StudyConfig) -> dict[float, str]:
     return out
 
 
+def run_folder(root: Path, name: str, seed: int) -> Path:
+    """``root/<name>_s<seed>``, refused if it leaves ``root`` (names are checked with the config already)."""
+    inside(root, f"{name}_s{seed}", f"encodings.{name}")
+    return root / f"{name}_s{seed}"
+
+
 def plan_runs(cfg: StudyConfig) -> list[Run]:
     root = Path(cfg.output_dir) / "models"
-    runs = [Run(name, seed, patch_options(opts), root / f"{name}_s{seed}")
+    runs = [Run(name, seed, patch_options(opts), run_folder(root, name, seed))
             for name, opts in cfg.encodings.items() for seed in cfg.seeds]
     if cfg.sweep is not None:
         seeds = cfg.sweep.seeds or cfg.seeds
         for s, name in sweep_names(cfg).items():
             if name in cfg.encodings:
                 missing = [seed for seed in seeds if seed not in cfg.seeds]
-                runs += [Run(name, seed, patch_options(cfg.encodings[name]), root / f"{name}_s{seed}")
+                runs += [Run(name, seed, patch_options(cfg.encodings[name]), run_folder(root, name, seed))
                          for seed in missing]
                 continue
             opts = {**cfg.sweep.encoding, "strength": s}
-            runs += [Run(name, seed, opts, root / f"{name}_s{seed}") for seed in seeds]
+            runs += [Run(name, seed, opts, run_folder(root, name, seed)) for seed in seeds]
     return runs

@@ -28,6 +28,7 @@ from ..training.config import ConfigError, ExperimentConfig
 from .config import (
     StudyTrain,
     check_comparisons,
+    check_encoding_names,
     check_margin,
     check_training_sections,
     experiment_config,
@@ -118,8 +119,7 @@ class TaskStudyConfig:
                 get_task(name).check_options(opts or {})
             except ValueError as err:
                 raise ConfigError(f"tasks.{name}: {err}") from None
-        if not self.encodings:
-            raise ConfigError("encodings: at least one encoding is needed")
+        check_encoding_names(self.encodings)
         for name, opts in self.encodings.items():
             if not isinstance(opts, dict) or "encoding" not in opts:
                 raise ConfigError(f"encodings.{name}: expected a mapping with an 'encoding' key, got {opts!r}")

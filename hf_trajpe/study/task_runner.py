@@ -22,7 +22,7 @@ import torch
 from .config import patch_options
 from .report import first_screen
 from .runner import _check_output_dir, package_versions, train_all
-from .runs import Run
+from .runs import Run, run_folder
 from .task_config import TaskStudyConfig, task_experiment
 from .task_train import split_flags, task_trainer, training_rows
 from .train import quiet_libraries, train_run
@@ -138,7 +138,7 @@ def run_task_study(cfg: TaskStudyConfig, command: str | None = None, progress: b
         t0 = time.perf_counter()
         sized = cfg.for_task(task)  # per_task's train and data fields applied
         dd, blocks_path, length = prepare_task(sized, task, out, tokenizer, log)
-        runs = [Run(name, seed, patch_options(opts), out / "models" / task / f"{name}_s{seed}")
+        runs = [Run(name, seed, patch_options(opts), run_folder(out / "models" / task, name, seed))
                 for name, opts in cfg.task_encodings(task).items() for seed in cfg.seeds]
         t1 = time.perf_counter()
         done = train_all(sized, runs, blocks_path, lambda m, t=task: log(f"{t}: {m}"),

@@ -16,11 +16,10 @@ from pathlib import Path
 
 import torch
 
-from .runs import Run
+from .runs import SUMMARY, Run, check_run_folder
 
 __all__ = ["train_run", "quiet_libraries", "SUMMARY", "EXPERIMENT"]
 
-SUMMARY = "train_summary.json"
 EXPERIMENT = "experiment.yaml"  # the run's resolved experiment config, beside the model
 
 
@@ -42,7 +41,9 @@ def train_run(run: Run, experiment: dict, blocks_path: str, log_every: int, thre
 
     The trainer works in ``<folder>.tmp``; the model it saves there (``final/``, written by the patched
     model's ``save_pretrained``) gets the summary and is renamed to ``run.folder``: a killed study never
-    leaves a half-written model. ``trainer_factory(cfg, blocks_path, log)``: another trainer on other saved
+    leaves a half-written model. A folder already at ``run.folder`` is replaced only if it is a model the
+    study trained (:func:`~hf_trajpe.study.runs.check_run_folder`); it is moved aside before the rename and
+    removed after it, never before. ``trainer_factory(cfg, blocks_path, log)``: another trainer on other saved
     data (the task study's, :func:`hf_trajpe.study.task_train.task_trainer`)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     torch.set_num_threads(threads)
@@ -51,8 +52,9 @@ def train_run(run: Run, experiment: dict, blocks_path: str, log_every: int, thre
     from ..training.trainer import Trainer
 
     cfg = config_from_dict(experiment)
+    check_run_folder(run)
     work = Path(cfg.output_dir)
-    shutil.rmtree(work, ignore_errors=True)
+    shutil.rmtree(work, ignore_errors=True)  # <folder>.tmp: this run's own work folder, left by a killed run
     if trainer_factory is None:
         data = RunData(torch.load(blocks_path, weights_only=True), {}, list(cfg.data.content_types))
         trainer = Trainer(cfg, data=data, log=lambda message: None).setup()
@@ -68,11 +70,25 @@ def train_run(run: Run, experiment: dict, blocks_path: str, log_every: int, thre
     summary = _summary(run, trainer, log_every, threads)
     (final / SUMMARY).write_text(json.dumps(summary, indent=2, default=_json_default) + "\n")
     shutil.copyfile(work / "config.yaml", final / EXPERIMENT)
-    folder = Path(run.folder)
-    shutil.rmtree(folder, ignore_errors=True)
-    os.replace(final, folder)
+    _publish(final, run)
     shutil.rmtree(work, ignore_errors=True)
     return summary
+
+
+def _publish(final: Path, run: Run) -> None:
+    """Rename the finished model to ``run.folder``; an older model of the study there is moved aside
+    first and removed only once the new one is in place."""
+    folder = Path(run.folder)
+    check_run_folder(run)
+    if not folder.exists():
+        os.replace(final, folder)
+        return
+    old = folder.with_name(folder.name + ".replaced")
+    if old.exists():  # left by a study killed between the two renames below: an older model of this run
+        shutil.rmtree(old)
+    os.replace(folder, old)
+    os.replace(final, folder)
+    shutil.rmtree(old)
 
 
 def _summary(run: Run, trainer, log_every: int, threads: int) -> dict:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..paths import check_name
 from .typed_config import ConfigError, apply_overrides, from_dict
 from .typed_config import suggest as _suggest
 
@@ -34,6 +35,7 @@ __all__ = [
     "check_transformers_config",
     "config_from_dict",
     "load_config",
+    "read_yaml",
 ]
 
 TASKS = ("clm", "mlm")
@@ -116,6 +118,34 @@ def check_transformers_config(cfg: dict, where: str) -> None:
                               "(and the keys every transformers config has)")
         if isinstance(cfg[key], bool) and _numeric_field(cls, default, key):
             raise ConfigError(f"{where}.{key}: expected a number, got {cfg[key]!r} (a boolean is not a number)")
+        if isinstance(cfg[key], str) and _numeric_field(cls, default, key):
+            raise ConfigError(f"{where}.{key}: expected a number, got the string {cfg[key]!r} (write it as a "
+                              "number, without quotes)")
+    _check_builds(cls, cfg, where)
+
+
+def _check_builds(cls, cfg: dict, where: str) -> None:
+    """Build the transformers config, so that what its own checks refuse (a value of the wrong type, a
+    width its heads cannot split) fails here, naming the dotted key, instead of when the model is built."""
+    import re
+
+    try:
+        built = cls(**{k: v for k, v in cfg.items() if k != "model_type"})
+    except Exception as exc:  # transformers' strict dataclass errors, TypeError, ValueError
+        field_name = re.search(r"field '(\w+)'", str(exc))
+        key = f"{where}.{field_name.group(1)}" if field_name else where
+        detail = " ".join(str(exc).split())
+        raise ConfigError(f"{key}: {cls.__name__} refuses these values: {detail}") from None
+    width, heads = getattr(built, "hidden_size", None), getattr(built, "num_attention_heads", None)
+    if isinstance(width, int) and isinstance(heads, int) and heads > 0 and width % heads:
+        aliases = getattr(cls, "attribute_map", {})  # e.g. GPT-2: hidden_size -> n_embd
+
+        def key_of(name: str) -> str:
+            return aliases[name] if aliases.get(name) in cfg or (name not in cfg and name in aliases) else name
+
+        width_key, heads_key = key_of("hidden_size"), key_of("num_attention_heads")
+        raise ConfigError(f"{where}.{width_key}: {width} is not divisible by {where}.{heads_key} ({heads}): each "
+                          f"attention head gets an equal share of the width; choose a multiple of {heads}")
 
 
 def _numeric_field(cls, default, key: str) -> bool:
@@ -286,6 +316,10 @@ class LoggingConfig:
     progress: bool = True
 
     def validate(self, where: str) -> None:
+        try:  # the TensorBoard run folder output_dir/logs/<project>: a name, never a path out of output_dir
+            check_name(self.project, f"{where}.project")
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
         for t in self.trackers:
             if t not in TRACKERS:
                 raise ConfigError(f"{where}.trackers: unknown tracker {t!r}; supported: {TRACKERS}"
@@ -354,14 +388,26 @@ def config_from_dict(data: dict) -> ExperimentConfig:
     return from_dict(ExperimentConfig, data).validate()
 
 
-def load_config(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
-    """Read a YAML experiment config, apply ``key=value`` overrides, validate."""
+def read_yaml(path: str | Path) -> Any:
+    """The YAML document of ``path`` (``{}`` when empty); a :class:`ConfigError` naming the file when it is
+    not UTF-8 text or not YAML."""
     import yaml
 
+    try:
+        return yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); save the file as "
+                          "UTF-8") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {' '.join(str(exc).split())}; fix the syntax there") from None
+
+
+def load_config(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
+    """Read a YAML experiment config, apply ``key=value`` overrides, validate."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"config file {str(path)!r} does not exist")
-    data = yaml.safe_load(path.read_text()) or {}
+    data = read_yaml(path)
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a config must be a mapping of keys, got {type(data).__name__}")
     try:

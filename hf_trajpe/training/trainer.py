@@ -41,10 +41,11 @@ from pathlib import Path
 import torch
 
 from ..evaluation.masking import lm_inputs
+from ..paths import writable_dir
 from .checkpoint import find_resume, read_trainer_state
 from .config import ExperimentConfig
 from .data import RunData, build_run_data, iterate_batches
-from .files import OutputLock, atomic_write_text, clean_leftovers
+from .files import OutputLock, RunFileError, atomic_write_text, clean_leftovers
 from .model import build_model, check_paths, is_lora, load_run_tokenizer
 from .optimization import build_optimizer, build_scheduler
 from .reporting import RunReport, _TiedWeightsFilter, tied_names
@@ -113,6 +114,10 @@ class Trainer(StopControl, RunReport, RunSaving):
         self._watch_done = threading.Event()
         self._watcher: threading.Thread | None = None
         check_paths(cfg)  # a missing model or data path fails here, before anything is launched or built
+        try:  # an output_dir that is a file, or not writable: said now, not as a traceback mid-setup
+            writable_dir(self.out, "output_dir")
+        except ValueError as err:
+            raise RunFileError(str(err)) from None
         self._resume = resume
         self._lock = OutputLock(self.out)
         if int(os.environ.get("RANK", "0")) == 0:  # the main process (accelerate is not set up yet)

@@ -12,6 +12,7 @@ from patch_models import build, output, random_ids
 
 import hf_trajpe
 from hf_trajpe.patching import CONFIG_NAME, PatchConfig, get_handle
+from hf_trajpe.patching.persistence import SAVE_ID_KEY, resolved_config
 
 
 # -- config ---------------------------------------------------------------------------------------
@@ -127,10 +128,11 @@ def test_save_then_reload_restores_patch_and_logits(tmp_path, family, encoding, 
     model.save_pretrained(tmp_path)
     assert (tmp_path / CONFIG_NAME).exists()
     saved_cfg = json.loads((tmp_path / "config.json").read_text())
+    assert saved_cfg.pop(SAVE_ID_KEY) == json.loads((tmp_path / CONFIG_NAME).read_text())["save_id"]
     assert "hf_trajpe" not in json.dumps(saved_cfg), "config.json must stay loadable without hf_trajpe"
 
     reloaded = hf_trajpe.from_pretrained(tmp_path, dtype=torch.float32).eval()
-    assert get_handle(reloaded).config == handle.config
+    assert get_handle(reloaded).config == resolved_config(handle)  # trajectory names the base it ran on
     torch.testing.assert_close(output(reloaded, input_ids=ids), want, rtol=0, atol=0)
 
     # the Auto class plus one call

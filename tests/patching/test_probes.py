@@ -5,8 +5,11 @@ Every probe here once gave a silently wrong result or a misleading message.
 
 from __future__ import annotations
 
+import copy
+import io
 import json
 import os
+import threading
 import warnings
 
 import pytest
@@ -188,3 +191,167 @@ def test_an_empty_sequence_gets_a_clear_error():
     model = build("llama")
     with hf_trajpe.patch(model, "trajectory", strength=0.3), pytest.raises(ValueError, match="no tokens"):
         model(input_ids=torch.zeros(2, 0, dtype=torch.long))
+
+
+# -- copies, threads, pickles, attention switches -------------------------------------------------------
+COPY_CASES = [("gpt2", "trajectory", {"strength": 0.3}), ("llama", "alibi", {}),
+              ("llama", "trajectory", {"strength": 0.3, "learnable_strength": True})]
+
+
+@pytest.mark.parametrize("family,encoding,opts", COPY_CASES)
+def test_deepcopy_gives_an_independent_patched_copy(family, encoding, opts):
+    """Copied before the original ran any forward: its own state and handle, the same outputs; unpatching
+    the copy leaves the original patched, and changing its strength leaves the original's alone."""
+    model = build(family)
+    ids = random_ids(9, b=2)
+    handle = hf_trajpe.patch(model, encoding, **opts)
+    clone = copy.deepcopy(model)
+    clone_handle = get_handle(clone)
+    assert clone_handle is not None and clone_handle is not handle and clone_handle.model is clone
+    assert clone_handle.state is not handle.state and clone.hf_trajpe is clone_handle.state
+    want = output(model, input_ids=ids)
+    assert torch.equal(output(clone, input_ids=ids), want)
+    if opts.get("learnable_strength"):
+        with torch.no_grad():
+            clone_handle.state.strength.raw.fill_(0.9)
+        assert not torch.equal(output(clone, input_ids=ids), want)
+    clone_handle.unpatch()
+    assert get_handle(model) is handle and handle.active
+    assert torch.equal(output(model, input_ids=ids), want)
+    handle.unpatch()
+    assert torch.equal(output(model, input_ids=ids), output(clone, input_ids=ids))  # both stock now
+
+
+def test_one_patched_model_runs_one_forward_at_a_time_and_a_second_thread_is_refused():
+    """A documented limit: the positions of a forward live on the patched model, so a forward started in
+    another thread while one runs raises (instead of reading the other's positions); after it, and after a
+    forward that raised, any thread may run the model again."""
+    model = build("llama")
+    ids = random_ids(9, b=2)
+    hf_trajpe.patch(model, "trajectory", strength=0.3)
+    want = output(model, input_ids=ids)
+    inside, release = threading.Event(), threading.Event()
+
+    def wait_in_layer(module, args):
+        if threading.current_thread().name == "first":
+            inside.set()
+            release.wait(30)
+
+    hook = model.model.layers[0].register_forward_pre_hook(wait_in_layer)
+    got = {}
+    first = threading.Thread(target=lambda: got.setdefault("first", output(model, input_ids=ids)), name="first")
+    first.start()
+    assert inside.wait(30)
+    with pytest.raises(RuntimeError, match="running a forward in another thread.*copy.deepcopy"):
+        output(model, input_ids=random_ids(5, b=2, seed=3))
+    release.set()
+    first.join(30)
+    hook.remove()
+    assert torch.equal(got["first"], want)
+    with pytest.raises(ValueError, match="no tokens"):  # a forward that raises still ends
+        model(input_ids=torch.zeros(2, 0, dtype=torch.long))
+    other = {}
+    t = threading.Thread(target=lambda: other.setdefault("x", output(model, input_ids=ids)))
+    t.start()
+    t.join(30)
+    assert torch.equal(other["x"], want)
+
+
+def test_torch_save_of_a_patched_model_names_the_supported_way():
+    model = build("gpt2")
+    handle = hf_trajpe.patch(model, "trajectory", strength=0.3)
+    with pytest.raises(TypeError, match=r"cannot be pickled.*save_pretrained.*hf_trajpe\.save_patch"):
+        torch.save(model, io.BytesIO())
+    torch.save(model.state_dict(), io.BytesIO())  # the weights alone save as usual
+    handle.unpatch()
+    torch.save(model, io.BytesIO())
+
+
+def test_set_attn_implementation_keeps_an_attention_encoding_or_raises():
+    model = build("llama")  # sdpa
+    ids = random_ids(9, b=2)
+    handle = hf_trajpe.patch(model, "alibi")
+    want = output(model, input_ids=ids)
+    with pytest.raises(ValueError, match="would drop the encoding.*hf_trajpe.unpatch"):
+        model.set_attn_implementation("eager")
+    model.set_attn_implementation("sdpa")  # the implementation ours wraps: nothing changes
+    assert model.config._attn_implementation == "hf_trajpe_sdpa"
+    assert torch.equal(output(model, input_ids=ids), want) and handle.active
+    handle.unpatch()
+    assert model.config._attn_implementation == "sdpa"
+    gpt2 = build("gpt2")  # trajectory on the learned table runs outside attention: a switch keeps it
+    with hf_trajpe.patch(gpt2, "trajectory", strength=0.3):
+        before = output(gpt2, input_ids=ids)
+        gpt2.set_attn_implementation("eager")
+        torch.testing.assert_close(output(gpt2, input_ids=ids), before)
+
+
+# -- saved files ----------------------------------------------------------------------------------------
+def test_a_stale_patch_beside_a_later_unpatched_save_does_not_come_back(tmp_path):
+    model = build("gpt2")
+    handle = hf_trajpe.patch(model, "trajectory", strength=0.3)
+    model.save_pretrained(tmp_path)
+    assert get_handle(hf_trajpe.from_pretrained(tmp_path)) is not None
+    handle.unpatch()
+    model.save_pretrained(tmp_path)  # the stock model, into the same folder
+    with pytest.raises(ValueError, match=f"{CONFIG_NAME} .*left by an earlier save.*not patched"):
+        hf_trajpe.from_pretrained(tmp_path)
+    hf_trajpe.patch(model, "trajectory", strength=0.3)
+    model.save_pretrained(tmp_path)  # saved patched again: loads patched
+    assert get_handle(hf_trajpe.from_pretrained(tmp_path)) is not None
+
+
+def test_the_resolved_base_is_saved_and_a_reload_into_another_family_is_refused(tmp_path):
+    model = build("gpt2")
+    hf_trajpe.patch(model, "trajectory", strength=0.3)  # on the model's own scheme: the learned table
+    model.save_pretrained(tmp_path)
+    assert json.loads((tmp_path / CONFIG_NAME).read_text())["base"] == "learned"
+    llama = build("llama")
+    with pytest.raises(ValueError, match="does not fit this LlamaForCausalLM.*trajectory on 'learned'"):
+        load_patch(llama, tmp_path)
+    assert get_handle(llama) is None
+
+
+@pytest.mark.parametrize("family,encoding,opts", [
+    ("gpt2", "native", {}), ("gpt2", "trajectory", {}), ("llama", "alibi", {}), ("llama", "sinusoidal", {}),
+    ("llama", "none", {}), ("llama", "trajectory", {"base": "alibi"}), ("gpt2", "trajectory", {"base": "learned"}),
+])
+def test_rope_theta_where_no_rotation_runs_is_refused(family, encoding, opts):
+    model = build(family)
+    with pytest.raises(ValueError, match="rope_theta applies only where a rotation is applied.*leave rope_theta out"):
+        hf_trajpe.patch(model, encoding, rope_theta=500.0, **opts)
+    assert get_handle(model) is None
+    with hf_trajpe.patch(model, "rope", rope_theta=500.0):  # where it is used, it is taken
+        pass
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_a_meta_device_model_gets_a_clear_error(family):
+    stock = build(family)
+    with torch.device("meta"):
+        model = type(stock)(stock.config)
+    with pytest.raises(ValueError, match="weights on the meta device.*Load the weights first"):
+        hf_trajpe.patch(model, "trajectory", strength=0.3)
+    assert get_handle(model) is None
+
+
+def test_a_state_file_holding_nan_is_refused_at_load_naming_the_file(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    model = build("gpt2")
+    hf_trajpe.patch(model, "trajectory", strength=0.3, learnable_strength=True)
+    model.save_pretrained(tmp_path)
+    state = load_file(tmp_path / STATE_NAME)
+    save_file({k: torch.full_like(v, float("nan")) for k, v in state.items()}, tmp_path / STATE_NAME)
+    fresh = build("gpt2")
+    with pytest.raises(ValueError, match=f"{STATE_NAME} holds NaN or infinite values"):
+        load_patch(fresh, tmp_path)
+    assert get_handle(fresh) is None
+
+
+@pytest.mark.parametrize("version", [0, None, "1", -3, 1.0])
+def test_a_damaged_format_version_is_called_invalid_not_newer(tmp_path, version):
+    (tmp_path / CONFIG_NAME).write_text(json.dumps({"encoding": "rope", "version": version}))
+    with pytest.raises(ValueError, match="invalid format version.*damaged") as err:
+        PatchConfig.load(tmp_path)
+    assert "newer" not in str(err.value) and "upgrade" not in str(err.value)

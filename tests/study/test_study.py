@@ -220,3 +220,72 @@ def test_tiny_study_end_to_end_and_resume(tmp_path):
     changed = load_study_config(DEFAULT, overrides=overrides + ["train.steps=5"])
     with pytest.raises(FileExistsError, match="different model/data/training settings"):
         run_study(changed, progress=False, log=lambda m: None)
+
+
+# -- names and folders from the config ----------------------------------------------------------------
+@pytest.mark.parametrize("name", ["../../X", "/abs/victim", "a/b", "..", ".hidden", "a b", ""])
+def test_an_encoding_name_that_is_not_a_plain_folder_name_is_refused(tmp_path, name):
+    """An encoding name becomes ``models/<name>_s<seed>``: one that climbs out of output_dir (or is not a
+    plain name) fails with the config check, naming the key, before anything is written."""
+    data = yaml.safe_load(open(DEFAULT))
+    data["encodings"][name] = data["encodings"].pop(data["baseline"])
+    data["baseline"] = name
+    data["output_dir"] = str(tmp_path / "runs")
+    with pytest.raises(ConfigError, match=r"encodings: .* is not a valid name.*rename it"):
+        load_study_config(_write(tmp_path, data))
+    assert not (tmp_path / "runs").exists()
+
+
+TINY = ["workers=1", "seeds=[0]", "model.n_layer=1", "model.n_embd=16", "model.n_head=2", "model.n_positions=64",
+        "train.steps=2", "train.warmup_steps=0", "train.log_every=1", "data.block_size=16", "sweep=null",
+        "encodings={learned: {encoding: native}}", "trajectory_pairs={}", "comparisons=[]"]
+
+
+def test_a_folder_the_study_did_not_write_is_refused_and_kept_and_its_own_is_replaced(tmp_path):
+    """A run's folder is replaced by a rename from a sibling, never deleted first; a folder there that
+    the study did not train (no train_summary.json) is refused before training, and kept as it was."""
+    from hf_trajpe.study.runner import _experiment
+    from hf_trajpe.study.train import SUMMARY, train_run
+
+    cfg = load_study_config(DEFAULT, overrides=TINY + [f"output_dir={tmp_path / 'runs'}"])
+    (run,) = plan_runs(cfg)
+    blocks = tmp_path / "blocks.pt"
+    torch.save(torch.randint(0, 200, (8, 16)), blocks)
+    (tmp_path / "runs" / "data").mkdir(parents=True)  # (the blocks above are the data)
+    run.folder.mkdir(parents=True)
+    (run.folder / "precious.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="not a model this study trained"):
+        train_run(run, _experiment(cfg, run), str(blocks), log_every=1)
+    assert (run.folder / "precious.txt").read_text() == "mine"
+    assert not run.folder.with_name(run.folder.name + ".tmp").exists()  # refused before the trainer started
+
+    (run.folder / "precious.txt").unlink()
+    (run.folder / SUMMARY).write_text("{}")  # an older model of this study: replaced
+    summary = train_run(run, _experiment(cfg, run), str(blocks), log_every=1)
+    assert summary["steps"] == 2 and (run.folder / "model.safetensors").is_file()
+    assert json.loads((run.folder / SUMMARY).read_text())["steps"] == 2
+    assert sorted(p.name for p in run.folder.parent.iterdir()) == [run.folder.name]  # no sibling left
+
+
+def test_study_values_that_transformers_refuses_fail_with_the_key_before_any_work(tmp_path):
+    data = yaml.safe_load(open(DEFAULT))
+    data["output_dir"] = str(tmp_path / "runs")
+    path = _write(tmp_path, data)
+    with pytest.raises(ConfigError, match=r"model\.n_layer: expected a number, got the string 'two'"):
+        load_study_config(path, overrides=["model.n_layer=two"])
+    with pytest.raises(ConfigError, match=r"model\.n_embd: 63 is not divisible by model\.n_head \(4\)"):
+        load_study_config(path, overrides=["model.n_embd=63", "model.n_head=4"])
+    with pytest.raises(ConfigError, match=r"eval: .*0 < level < 1 .*level=95"):
+        load_study_config(path, overrides=["eval.level=95"])
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_yaml_syntax_error_or_a_file_that_is_not_utf8_names_the_file(tmp_path):
+    bad = tmp_path / "broken.yaml"
+    bad.write_text("name: x\nmodel: {model_type: gpt2\n")
+    with pytest.raises(ConfigError, match=r"broken\.yaml: not valid YAML"):
+        load_study_config(bad)
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes("name: caf\xe9\n".encode("latin-1"))
+    with pytest.raises(ConfigError, match=r"latin\.yaml: not UTF-8 text"):
+        load_study_config(latin)

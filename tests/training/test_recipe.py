@@ -325,3 +325,39 @@ def test_the_launcher_is_watched_only_when_a_launcher_started_the_run(monkeypatc
     monkeypatch.delenv("ACCELERATE_MIXED_PRECISION")
     monkeypatch.setenv("HF_TRAJPE_STOP_WITH_PARENT", "1")
     assert launcher_pid(4321) == 4321
+
+
+@pytest.mark.parametrize("override,message", [
+    (["logging.project=../../TB"], "logging.project: '../../TB' is not a valid name"),
+    (["logging.project={tmp}/TB"], "logging.project: '{tmp}/TB' is not a valid name"),
+    (["model.config.n_layer=two"], "model.config.n_layer: expected a number, got the string 'two'"),
+    (["model.config.n_embd=63"], "model.config.n_embd: 63 is not divisible by model.config.n_head"),
+])
+def test_a_path_out_of_output_dir_or_a_value_transformers_refuses_fails_before_any_work(tmp_path, capsys, override,
+                                                                                         message):
+    """Exit status 2 naming the dotted key; nothing written (no output_dir, so no .hf_trajpe.lock). The
+    project paths point into tmp_path (out/logs/../../TB is tmp_path/TB), so a regression writes there."""
+    out = tmp_path / "out"
+    rc = _recipe_main()(["--config", str(TINY), f"output_dir={out}", *(o.format(tmp=tmp_path) for o in override)])
+    assert rc == 2
+    assert message.format(tmp=tmp_path) in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_output_dir_that_cannot_be_created_is_said_before_any_work(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    rc = _recipe_main()(["--config", str(TINY), f"output_dir={blocker / 'out'}"])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert f"output_dir '{blocker / 'out'}' cannot be created or written" in err and "Traceback" not in err
+
+
+def test_a_recipe_yaml_that_is_not_yaml_or_not_utf8_names_the_file(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("output_dir: [x\n")
+    assert _recipe_main()(["--config", str(bad)]) == 2
+    assert f"{bad}: not valid YAML" in capsys.readouterr().err
+    bad.write_bytes(b"output_dir: \xff\xfe\n")
+    assert _recipe_main()(["--config", str(bad)]) == 2
+    assert f"{bad}: not UTF-8 text" in capsys.readouterr().err
