@@ -20,7 +20,7 @@ import torch
 from ..checks import check_beta, check_strength_value
 from ..monitoring import TrajectoryMonitor, global_monitor
 
-__all__ = ["TrajectoryPast", "trajectory_positions", "check_strength_value", "strength_tensor"]
+__all__ = ["TrajectoryPast", "trajectory_positions", "extend_positions", "check_strength_value", "strength_tensor"]
 
 
 @dataclass
@@ -28,12 +28,14 @@ class TrajectoryPast:
     """State carried across calls during incremental (KV-cached) decoding.
 
     ``last_embedding``: ``[b, d]`` float32, the last real token seen; ``displacement``: ``[b]``
-    accumulated displacement after it; ``num_real``: ``[b]`` int64 real tokens seen so far.
+    accumulated displacement after it; ``num_real``: ``[b]`` int64 real tokens seen so far;
+    ``extension_sum``: ``[b]`` float64, the running sum of :func:`extend_positions` (``None`` without it).
     """
 
     last_embedding: torch.Tensor
     displacement: torch.Tensor
     num_real: torch.Tensor
+    extension_sum: torch.Tensor | None = None
 
     def reorder(self, beam_idx: torch.Tensor) -> TrajectoryPast:
         """Select rows, as beam search reorders its cache."""
@@ -41,6 +43,7 @@ class TrajectoryPast:
             self.last_embedding.index_select(0, beam_idx),
             self.displacement.index_select(0, beam_idx),
             self.num_real.index_select(0, beam_idx),
+            None if self.extension_sum is None else self.extension_sum.index_select(0, beam_idx),
         )
 
 
@@ -260,3 +263,38 @@ def _decoding_step(
     new_past = TrajectoryPast(torch.where(real[:, None], x, last), torch.where(bad, 0.0, disp),
                               num_real + real.to(torch.int64))
     return positions, new_past
+
+
+def extend_positions(positions: torch.Tensor, attention_mask: torch.Tensor | None, extend: float,
+                     num_real_before: torch.Tensor | None = None,
+                     sum_before: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Content-aware context extension of trajectory positions ``[b, n]``: ``(positions [b, n] float32,
+    running sum [b] float64)``, to continue with ``sum_before`` at the next decoding step.
+
+    A trajectory step is ``1 + alpha * t_i`` (``t_i = tanh(beta * ||e_i - e_prev||)``). The extended step is
+
+        q_i - q_prev = (1 + alpha * (t_i - mean(t_1 .. t_i))) / extend
+
+    so positions advance by ``1 / extend`` on average (text ``extend`` times longer lands in the trained window,
+    as in position interpolation) while each step stays larger where the content moves more. Causal: a
+    position depends on its prefix only, so the KV cache and generation work as for any trajectory. With
+    ``alpha = 0`` it is position interpolation, ``rank / extend``. From the trajectory positions alone:
+    ``disp_i = p_i - rank_i = alpha * sum(t_1 .. t_i)``, so ``alpha * mean(t_1 .. t_i) = disp_i / rank_i`` and
+    ``q_i = (p_i - sum_{j <= i, rank_j >= 1} disp_j / rank_j) / extend``; pad tokens stay at 0.
+    """
+    b, n = positions.shape
+    device = positions.device
+    real = torch.ones(b, n, dtype=torch.bool, device=device) if attention_mask is None else attention_mask.bool()
+    rank = real.to(torch.int64).cumsum(dim=1) - 1
+    if num_real_before is not None:
+        rank = rank + num_real_before.to(device)[:, None]
+    acc = _accumulation_dtype(device)
+    p = positions.to(acc)
+    disp = p - rank.to(acc)
+    term = torch.where(real & (rank >= 1), disp / rank.clamp(min=1).to(acc), 0.0)
+    running = term.cumsum(dim=1)
+    if sum_before is not None:
+        running = running + sum_before.to(device=device, dtype=acc)[:, None]
+    out = torch.where(real, (p - running) / extend, 0.0).to(torch.float32)
+    last = running[:, -1] if n else (sum_before if sum_before is not None else torch.zeros(b, dtype=acc, device=device))
+    return out, last

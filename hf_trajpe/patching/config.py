@@ -58,6 +58,9 @@ class PatchConfig:
       are clamped, with one warning and a count (``PatchHandle.clamped_tokens``).
     - ``rope_theta``: base of the rotary frequencies when ``rope`` is put on a model that has none
       (models with their own rotary module keep their own frequencies).
+    - ``extend``: content-aware context extension (trajectory only): positions advance by ``1/extend`` on
+      average, each step larger where the content moves more (:func:`hf_trajpe.encodings.trajectory.extend_positions`);
+      ``None``: plain trajectory positions.
     - ``rope_parameters``: context extension of the rotation (``rope``, ``native`` on a RoPE model, trajectory
       on ``rope``): transformers' ``config.rope_parameters`` dict (``rope_type`` ``default``, ``linear``,
       ``dynamic``, ``yarn``, ``longrope``, ``llama3``, or ``ntk`` for static NTK-aware scaling, with their
@@ -81,6 +84,7 @@ class PatchConfig:
     detach: bool = False
     cache: bool = False
     cache_size: int = 10_000
+    extend: float | None = None
     max_positions: int | None = None
     rope_theta: float = 10000.0
     sinusoid_scale: float | str = 1.0
@@ -95,7 +99,7 @@ class PatchConfig:
             )
         defaults = {f.name: f.default for f in dataclasses.fields(self)}
         trajectory_only = ("base", "strength", "learnable_strength", "beta", "interpolation", "detach",
-                           "cache", "cache_size")
+                           "cache", "cache_size", "extend")
         if self.encoding != "trajectory":
             given = [k for k in trajectory_only if getattr(self, k) != defaults[k]]
             if given:
@@ -147,6 +151,12 @@ class PatchConfig:
                 "sinusoid_scale applies only to encoding='sinusoidal' or trajectory with base='sinusoidal', "
                 f"not {self.encoding!r}" + (f" on {self.base!r}" if self.base else "")
             )
+        if self.extend is not None:
+            ext = self.extend
+            if isinstance(ext, bool) or not isinstance(ext, (int, float)) or not (math.isfinite(ext) and ext >= 1):
+                raise ValueError(f"extend must be a number >= 1 (read text extend times longer than the trained "
+                                 f"length: positions advance by 1/extend on average), got {ext!r}")
+            self.extend = float(ext)
         if self.rope_parameters is not None:
             rotation = (self.encoding in ("rope", "native")
                         or (self.encoding == "trajectory" and self.base in (None, "rope")))

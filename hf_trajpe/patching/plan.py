@@ -106,7 +106,8 @@ class PatchPlan:
     def describe(self) -> str:
         c = self.config
         if self.trajectory:
-            return f"trajectory on {self.scheme} (strength={c.strength}, beta={c.beta})"
+            extend = f", extend={c.extend:g}" if c.extend is not None else ""
+            return f"trajectory on {self.scheme} (strength={c.strength}, beta={c.beta}{extend})"
         if c.scheme_options:
             return f"{c.encoding} ({', '.join(f'{k}={v}' for k, v in c.scheme_options.items())})"
         return c.encoding if c.encoding != "native" else f"native ({self.scheme})"

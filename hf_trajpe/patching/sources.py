@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..cache import DisplacementCache, embedding_version
-from ..encodings.trajectory import TrajectoryPast, trajectory_positions
+from ..encodings.trajectory import TrajectoryPast, extend_positions, trajectory_positions
 from ..strength import AutoStrength
 
 if TYPE_CHECKING:
@@ -68,11 +68,15 @@ class TrajectoryPositions:
             version = embedding_version(embedding_weight) if embedding_weight is not None else None
             positions = self.displacement_cache.positions(input_ids, embeddings, mask, alpha, version=version,
                                                           **kwargs)
+            if cfg.extend is not None:
+                positions, _ = extend_positions(positions, mask, cfg.extend)
             return self._clamp(state, positions), None, None
-        positions, past = trajectory_positions(
-            embeddings, mask, alpha, past=memory.trajectory if memory is not None else None, return_past=True,
-            **kwargs,
-        )
+        before = memory.trajectory if memory is not None else None
+        positions, past = trajectory_positions(embeddings, mask, alpha, past=before, return_past=True, **kwargs)
+        if cfg.extend is not None:  # the running sum continues from the cache, like the trajectory itself
+            positions, past.extension_sum = extend_positions(
+                positions, mask, cfg.extend, before.num_real if before is not None else None,
+                before.extension_sum if before is not None else None)
         return self._clamp(state, positions), past.num_real, past
 
     @staticmethod
