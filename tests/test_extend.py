@@ -94,7 +94,8 @@ def test_an_extended_trajectory_generates_the_same_with_and_without_the_cache(tm
     with hf_trajpe.patch(model, "trajectory", base="rope", strength=0.5, extend=2.0) as handle:
         assert "extend=2" in handle.state.describe()
         gen = dict(max_new_tokens=8, do_sample=False, pad_token_id=0, attention_mask=mask)
-        assert torch.equal(model.generate(prompt, use_cache=True, **gen), model.generate(prompt, use_cache=False, **gen))
+        cached, fresh = model.generate(prompt, use_cache=True, **gen), model.generate(prompt, use_cache=False, **gen)
+        assert torch.equal(cached, fresh)
         beams = dict(gen, num_beams=2)
         assert torch.equal(model.generate(prompt, use_cache=True, **beams),
                            model.generate(prompt, use_cache=False, **beams))
