@@ -48,7 +48,8 @@ def test_model_decode_memory_alibi_structure(bench_all):
     result, _ = bench_all
     gpt2 = ["native", "sinusoidal", "rope", "alibi", "none", "cope", "trajectory/learned", "trajectory/sinusoidal",
             "trajectory/rope", "trajectory/alibi"]
-    llama = [v for v in gpt2 if v != "trajectory/learned"]
+    gpt2 += ["rope+yarn x2", "rope+ntk x2"]  # context extensions; dynamic needs a rotary module (Llama only)
+    llama = [v for v in gpt2 if v != "trajectory/learned"] + ["rope+dynamic x2"]
     for family, variants in (("gpt2", gpt2), ("llama", llama)):
         m = result["models"]["models"][family]
         assert m["config"]["model_type"] == family and m["config"]["parameters"] > 0
@@ -82,7 +83,10 @@ def test_encoding_and_targets(bench_all):
         else:  # one round cannot resolve anything
             assert t["rounds"] == 1 and t["verdict"] == "unresolved"
     # every trajectory variant of every model has a row for each model-level target
-    assert sum(t["target"] == "train_step" for t in targets) == 4 + 3
+    # and every static context extension (yarn, ntk: 2 per model)
+    assert sum(t["target"] == "train_step" for t in targets) == 4 + 3 + 2 + 2
+    row = next(t for t in targets if t["target"] == "decode_per_token" and t["variant"] == "rope+ntk x2")
+    assert row["base_encoding"] == "rope"
     row = next(t for t in targets if t["target"] == "memory" and t["variant"] == "trajectory/alibi")
     assert row["base_encoding"] == "alibi" and row["base_measured"] > 0
 

@@ -29,7 +29,14 @@ ENCODINGS: dict[str, tuple[str, dict]] = {
     "trajectory/sinusoidal": ("trajectory", {"base": "sinusoidal"}),
     "trajectory/rope": ("trajectory", {"base": "rope"}),
     "trajectory/alibi": ("trajectory", {"base": "alibi"}),
+    # context extensions of the rotation (docs/patching.md): static ones should cost nothing at run time;
+    # dynamic recomputes its frequencies from the length at every forward
+    "rope+yarn x2": ("rope", {"rope_parameters": {"rope_type": "yarn", "factor": 2.0}}),
+    "rope+ntk x2": ("rope", {"rope_parameters": {"rope_type": "ntk", "factor": 2.0}}),
+    "rope+dynamic x2": ("rope", {"rope_parameters": {"rope_type": "dynamic", "factor": 2.0}}),
 }
+#: labels that need a model's own rotary module (a rotation inside attention has no run-time update)
+NEEDS_ROTARY_MODULE = ("rope+dynamic x2",)
 #: the two models: GPT-2 (learned table) and Llama (RoPE)
 MODELS = ("gpt2", "llama")
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -113,8 +120,9 @@ def build_model(family: str, size: Size, device: str = "cpu", dtype: torch.dtype
 
 
 def encodings_for(family: str) -> list[str]:
-    """Labels of :data:`ENCODINGS` the family supports (Llama has no learned table)."""
-    return [k for k in ENCODINGS if not (family != "gpt2" and k == "trajectory/learned")]
+    """Labels of :data:`ENCODINGS` the family supports (Llama has no learned table, GPT-2 no rotary module)."""
+    return [k for k in ENCODINGS if not (family != "gpt2" and k == "trajectory/learned")
+            and not (family == "gpt2" and k in NEEDS_ROTARY_MODULE)]
 
 
 def patched(model: torch.nn.Module) -> Callable[[str | None], contextlib.AbstractContextManager]:

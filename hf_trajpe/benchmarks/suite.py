@@ -114,7 +114,9 @@ def run_benchmarks(
 
 #: the encoding a trajectory variant evaluates at its positions: its own cost against stock, for context
 BASE_OF = {"trajectory/learned": "native", "trajectory/sinusoidal": "sinusoidal", "trajectory/rope": "rope",
-           "trajectory/alibi": "alibi"}
+           "trajectory/alibi": "alibi",
+           # static context extensions are held to the same limits: their frequencies are fixed at patch time
+           "rope+yarn x2": "rope", "rope+ntk x2": "rope"}
 
 
 def _row(target: str, where: str, variant: str, figure: dict, base: dict | None = None) -> dict[str, object]:
