@@ -58,13 +58,16 @@ def task_manager(data_dir: str | os.PathLike):
                        metadata={DATA_DIR_KEY: str(Path(data_dir).resolve())})
 
 
-def harness_lm(model, tokenizer, batch_size: int = 1, max_length: int | None = None, device: str | None = None):
+def harness_lm(model, tokenizer, batch_size: int = 1, max_length: int | None = None, device: str | None = None,
+               add_bos_token: bool | None = None):
     """The harness's ``HFLM`` around an in-memory (patched) model and its tokenizer.
 
     ``max_length``: the harness's window (rolling perplexity) and context limit; default the harness's
     choice from the model config (``max_position_embeddings``, else 2048), which a swapped encoding may
-    not respect: give it explicitly for ALiBi, none or an extended context. The tokenizer gets a pad token
-    (its eos) if it has none, as the harness pads batches.
+    not respect: give it explicitly for ALiBi, none or an extended context. ``add_bos_token``: the
+    harness's switch for the tokenizer's special tokens (None: the tokenizer's default, which for the
+    byte tokenizer appends an eos that the rolling perplexity then scores, docs/lm_eval.md). The
+    tokenizer gets a pad token (its eos) if it has none, as the harness pads batches.
     """
     require_lm_eval()
     from lm_eval.models.huggingface import HFLM
@@ -75,12 +78,12 @@ def harness_lm(model, tokenizer, batch_size: int = 1, max_length: int | None = N
         tokenizer.pad_token = tokenizer.eos_token
     device = device or str(next(model.parameters()).device)
     return HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, max_length=max_length,
-                device=device, backend="causal")
+                device=device, backend="causal", add_bos_token=add_bos_token)
 
 
 def evaluate(model, tokenizer, tasks: Sequence[str], data_dir: str | os.PathLike, batch_size: int = 1,
              max_length: int | None = None, limit: int | None = None, log_samples: bool = False,
-             lm=None) -> dict:
+             lm=None, add_bos_token: bool | None = None) -> dict:
     """Run the harness's ``simple_evaluate`` on ``tasks`` (names or tags of :func:`task_names`; a tag
     runs the tasks whose data ``data_dir`` holds).
 
@@ -93,7 +96,8 @@ def evaluate(model, tokenizer, tasks: Sequence[str], data_dir: str | os.PathLike
     unknown = [t for t in tasks if t not in task_names()]
     if unknown:
         raise ValueError(f"unknown local task(s) {unknown}; choose from {', '.join(task_names())}")
-    lm = lm if lm is not None else harness_lm(model, tokenizer, batch_size=batch_size, max_length=max_length)
+    lm = lm if lm is not None else harness_lm(model, tokenizer, batch_size=batch_size, max_length=max_length,
+                                              add_bos_token=add_bos_token)
     manager = task_manager(data_dir)
     return simple_evaluate(model=lm, tasks=expand_tasks(tasks, data_dir), task_manager=manager, limit=limit,
                            log_samples=log_samples, bootstrap_iters=0)
