@@ -89,7 +89,7 @@ _SOURCES: dict[str, str] = {
 
 #: subpackages reachable as attributes (``hf_trajpe.encodings``) without importing them first
 _SUBMODULES = frozenset({"benchmarks", "cache", "checks", "cli", "commands", "content", "data", "encodings",
-                         "evaluation", "monitoring", "patching", "strength", "study", "training"})
+                         "evaluation", "integrations", "monitoring", "patching", "strength", "study", "training"})
 
 
 def __getattr__(name: str):

@@ -13,7 +13,7 @@ import pytest
 import hf_trajpe
 from hf_trajpe.cli import build_parser, main
 
-HEAVY = ("torch", "transformers", "datasets", "matplotlib")
+HEAVY = ("torch", "transformers", "datasets", "matplotlib", "lm_eval", "trl")
 PLUGIN_API = ["patch", "unpatch", "get_handle", "from_pretrained", "load_patch", "save_patch", "PatchConfig",
               "PatchHandle", "SUPPORTED", "register_attention"]
 #: every name ``hf_trajpe`` exported before it became lazy (README and tests use them)
@@ -80,7 +80,7 @@ def test_version_is_a_plain_string():
 
 #: argv -> texts that only that command's help prints
 HELPS = {
-    (): ["usage: hf-trajpe [-h] COMMAND", "bench", "data", "demo", "eval", "study"],
+    (): ["usage: hf-trajpe [-h] COMMAND", "bench", "data", "demo", "eval", "lm-eval", "study"],
     ("study",): ["usage: hf-trajpe study", "--config", "--quick", "key=value", "hf-trajpe study --config"],
     ("bench",): ["usage: hf-trajpe bench", "{encoding,models,decode,memory,alibi,all}", "--repeats", "--dim"],
     ("bench", "encoding"): ["usage: hf-trajpe bench", "encoding only (override the size)"],
@@ -90,6 +90,8 @@ HELPS = {
     ("data", "build"): ["usage: hf-trajpe data build", "--out OUT", "--min-chars", "(default: 2000)"],
     ("data", "show"): ["usage: hf-trajpe data show", "type", "-n N"],
     ("demo",): ["usage: hf-trajpe demo", "--strength", "alpha in [0, 1]", "--sentence"],
+    ("lm-eval",): ["usage: hf-trajpe lm-eval", "--encoding", "--option KEY=VALUE", "--write-data DIR",
+                   "hf-trajpe lm-eval --write-data"],
 }
 
 
@@ -154,6 +156,12 @@ BAD_ARGS = [
     (("eval", "--model", "a=.", "--equivalence-margin", "0"), ["argument --equivalence-margin", "between 0 and 100"]),
     (("eval", "--model", "a=.", "--types", "real_txt"), ["unknown content type 'real_txt'", "real_text"]),
     (("study",), ["argument --config", "no file at 'configs/study/default.yaml'"]),
+    (("lm-eval",), ["give --model PATH to evaluate, or --write-data DIR"]),
+    (("lm-eval", "--model", "no_such_model"), ["no model folder at 'no_such_model'"]),
+    (("lm-eval", "--write-data", "d", "--option", "strength=0.2"), ["--option needs --encoding"]),
+    (("lm-eval", "--write-data", "d", "--encoding", "rope", "--option", "strength"), ["argument --option",
+                                                                                       "not KEY=VALUE"]),
+    (("lm-eval", "--write-data", "d", "--encoding", "rotary"), ["argument --encoding", "invalid choice"]),
     (("study", "--config", "missing.yaml"), ["argument --config", "no file at 'missing.yaml'"]),
 ]
 
