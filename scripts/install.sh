@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs hf_trajpe with its test/model extras at the tested versions (constraints.txt).
+# Installs hf_trajpe with its test, model, lm-eval and TRL extras at the tested versions (constraints.txt).
 #
 # PYTHON: the interpreter to install into (default .venv/bin/python). A path ending in bin/python that does
 # not exist yet is created as a fresh virtual environment with BASE_PYTHON (default python3), so nothing else
@@ -35,7 +35,7 @@ else
   echo "install: no torch found; installing the CPU build torch==2.13.0"
   "$PYTHON" -m pip install --quiet "torch==2.13.0"
 fi
-args=(-e ".[test,models]")
+args=(-e ".[test,models,lm-eval,trl]")
 if [ -n "$CONSTRAINTS" ]; then
   args+=(-c "$CONSTRAINTS")
 fi
