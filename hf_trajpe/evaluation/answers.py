@@ -21,6 +21,7 @@ import torch
 
 from .bootstrap import bootstrap_ci, percentile_interval
 from .scoring import _texts_for, detect_mode
+from .seed_inference import seed_interval
 
 __all__ = ["AnswerScores", "accuracy_intervals", "exact_match", "paired_difference"]
 
@@ -117,8 +118,9 @@ def _draws(n: int, seeds: int, n_resamples: int, rng: np.random.Generator):
 def accuracy_intervals(values, n_resamples: int = 2000, level: float = 0.95, seed: int = 0) -> dict:
     """``values``: ``[S, N]`` per-example scores (e.g. exact match 0/1) of ``S`` training seeds on the same
     ``N`` examples. Returns the mean over seeds of the mean over examples (``mean``), its intervals over
-    examples (``ci_examples``), over seeds (``ci_seeds``, None with one seed) and over both (``ci``: seeds,
-    then examples; equal to ``ci_examples`` with one seed), and the per-seed means (``per_seed``)."""
+    examples (``ci_examples``, percentile bootstrap), over seeds (``ci_seeds``: the percentile bootstrap of the
+    seeds, kept for comparison; None with one seed) and the one the reports use (``ci``: Student's t over
+    seeds plus the example spread, :mod:`.seed_inference`; ``method`` says which), and the per-seed means."""
     v = np.atleast_2d(np.asarray(values, dtype=np.float64))
     s, n = v.shape
     rng = np.random.default_rng(seed)
@@ -126,33 +128,41 @@ def accuracy_intervals(values, n_resamples: int = 2000, level: float = 0.95, see
     out = {"mean": float(v.mean()), "per_seed": [float(x) for x in v.mean(1)], "seeds": s, "n_examples": n,
            "level": level, "n_resamples": n_resamples}
     w, picks = _draws(n, s, n_resamples, rng)
-    out["ci_examples"] = percentile_interval(_rates(v, w, None), level)
-    if s > 1:
-        out["ci_seeds"] = percentile_interval(_rates(v, np.repeat(ones, n_resamples, 0), picks), level)
-        out["ci"] = percentile_interval(_rates(v, w, picks), level)
-    else:
-        out["ci_seeds"], out["ci"] = None, out["ci_examples"]
+    by_examples = _rates(v, w, None)
+    out["ci_examples"] = percentile_interval(by_examples, level)
+    out["ci_seeds"] = (percentile_interval(_rates(v, np.repeat(ones, n_resamples, 0), picks), level)
+                       if s > 1 else None)
+    inference = seed_interval(out["mean"], v.mean(1), float(by_examples.std(ddof=1)), level)
+    out["ci"], out["method"] = inference["ci"], inference["method"]
     return out
 
 
 def paired_difference(base, other, n_resamples: int = 2000, level: float = 0.95, seed: int = 0) -> dict:
     """``mean(other) - mean(base)`` of two ``[S, N]`` per-example scores on the same ``N`` examples (each
-    averaged over its own seeds), with intervals: ``ci`` resamples examples (paired: the same for both)
-    and each model's seeds independently, ``ci_examples`` examples only; ``ci_equivalence``: the ``2 level - 1``
-    interval of the same draws as ``ci``, for the equivalence test (:mod:`hf_trajpe.evaluation.verdicts`)."""
+    averaged over its own seeds), with intervals: ``ci`` from Student's t over seeds (paired seed by seed when
+    both have as many seeds: seed ``k`` of every model starts from the same weights and data) plus the spread
+    over examples (paired: the same examples for both), :mod:`.seed_inference`; ``p_value`` its two-sided
+    p-value (for multiple-comparison corrections); ``ci_examples`` examples only; ``ci_equivalence``: the
+    ``2 level - 1`` interval, for the equivalence test (:mod:`hf_trajpe.evaluation.verdicts`); ``degenerate``
+    (``both at floor``/``both at ceiling``) when neither model varies, where no verdict can be drawn."""
     b = np.atleast_2d(np.asarray(base, dtype=np.float64))
     o = np.atleast_2d(np.asarray(other, dtype=np.float64))
     if b.shape[1] != o.shape[1]:
         raise ValueError(f"the two models were scored on different examples: {b.shape} vs {o.shape}")
     rng = np.random.default_rng(seed)
-    w, pick_b = _draws(b.shape[1], b.shape[0], n_resamples, rng)
-    pick_o = rng.integers(0, o.shape[0], (n_resamples, o.shape[0]))
+    w, _ = _draws(b.shape[1], b.shape[0], n_resamples, rng)
     examples = _rates(o, w, None) - _rates(b, w, None)
-    out = {"difference": float(o.mean() - b.mean()), "level": level, "n_resamples": n_resamples,
-           "ci_examples": percentile_interval(examples, level)}
-    several = b.shape[0] > 1 or o.shape[0] > 1
-    both = _rates(o, w, pick_o) - _rates(b, w, pick_b) if several else examples
-    out["ci"] = percentile_interval(both, level)
-    out["equivalence_level"] = 2 * level - 1
-    out["ci_equivalence"] = percentile_interval(both, 2 * level - 1)  # decides TOST at 1 - level
+    difference = float(o.mean() - b.mean())
+    out = {"difference": difference, "level": level, "n_resamples": n_resamples,
+           "ci_examples": percentile_interval(examples, level), "equivalence_level": 2 * level - 1}
+    example_sd = float(examples.std(ddof=1))
+    if b.shape[0] == o.shape[0]:  # the same seeds: same initial weights and batches, paired seed by seed
+        inference = seed_interval(difference, o.mean(1) - b.mean(1), example_sd, level)
+    else:
+        inference = seed_interval(difference, o.mean(1), example_sd, level, per_seed_other=b.mean(1))
+    out.update(ci=inference["ci"], ci_equivalence=inference["ci_equivalence"], p_value=inference["p_value"],
+               method=inference["method"])
+    for value, label in ((0.0, "both at floor"), (1.0, "both at ceiling")):
+        if bool((b == value).all() and (o == value).all()):
+            out["degenerate"] = label  # no comparison can be made: neither model varies
     return out

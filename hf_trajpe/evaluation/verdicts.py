@@ -14,12 +14,14 @@ difference: percent of relative perplexity for the content types, accuracy point
 
 from __future__ import annotations
 
-__all__ = ["BETTER", "NO_DIFFERENCE", "WORSE", "DEFAULT_MARGIN", "equivalence_level", "equivalent", "plain_verdict",
-           "significance"]
+__all__ = ["BETTER", "NO_DIFFERENCE", "WORSE", "DEFAULT_MARGIN", "ZERO_TOLERANCE", "equivalence_level", "equivalent",
+           "plain_verdict", "significance"]
 
 BETTER, WORSE, NO_DIFFERENCE = "better", "worse", "no significant difference"
 #: the default equivalence margin: ±2 (% relative perplexity delta, or accuracy points)
 DEFAULT_MARGIN = 2.0
+#: a bound closer to 0 than this counts as touching 0 (in the unit of the difference)
+ZERO_TOLERANCE = 1e-9
 
 
 def equivalence_level(level: float) -> float:
@@ -27,11 +29,13 @@ def equivalence_level(level: float) -> float:
     return 2.0 * level - 1.0
 
 
-def significance(ci: tuple[float, float]) -> str:
+def significance(ci: tuple[float, float], tolerance: float = ZERO_TOLERANCE) -> str:
+    """``better`` when the interval lies above ``tolerance``, ``worse`` below ``-tolerance``: a bound within
+    floating-point noise of 0 (a lower bound of 2.7e-17 from summing 0/1 scores) is not a difference."""
     lo, hi = ci
-    if lo > 0.0:
+    if lo > tolerance:
         return BETTER
-    if hi < 0.0:
+    if hi < -tolerance:
         return WORSE
     return NO_DIFFERENCE
 
@@ -43,10 +47,13 @@ def equivalent(ci_equivalence: tuple[float, float], margin: float) -> bool:
 
 
 def plain_verdict(ci: tuple[float, float], ci_equivalence: tuple[float, float], margin: float,
-                  unit: str = "%") -> str:
+                  unit: str = "%", degenerate: str | None = None) -> str:
     """The significance verdict with its equivalence bound: ``no significant difference; equivalent within
     ±2%`` or ``...; not shown equivalent within ±2%``; a significant difference inside the margin is
-    ``better, yet equivalent within ±2%`` (real but smaller than the margin), otherwise ``better``/``worse``."""
+    ``better, yet equivalent within ±2%`` (real but smaller than the margin), otherwise ``better``/``worse``.
+    ``degenerate`` (``both at floor``, ``both at ceiling``): neither model varies, so nothing is compared."""
+    if degenerate:
+        return f"{degenerate}: no comparison (neither model varies)"
     sig, eq = significance(ci), equivalent(ci_equivalence, margin)
     bound = f"±{margin:g}{unit}"
     if sig == NO_DIFFERENCE:

@@ -63,8 +63,9 @@ def with_verdict(diff: dict, margin: float) -> dict:
     """A :func:`paired_difference` (fractions) with its verdict on the ±``margin`` points bound."""
     ci = tuple(100 * x for x in diff["ci"])
     ci_eq = tuple(100 * x for x in diff["ci_equivalence"])
-    return {**diff, "margin_points": margin, "significance": significance(ci), "equivalent": equivalent(ci_eq, margin),
-            "verdict": plain_verdict(ci, ci_eq, margin, unit=" points")}
+    equal = equivalent(ci_eq, margin) and not diff.get("degenerate")
+    return {**diff, "margin_points": margin, "significance": significance(ci), "equivalent": equal,
+            "verdict": plain_verdict(ci, ci_eq, margin, unit=" points", degenerate=diff.get("degenerate"))}
 
 
 def _pct(x: float) -> str:
