@@ -311,3 +311,16 @@ def test_smollm2_extended_past_8k_equals_the_model_transformers_builds(rope_type
             got = model(input_ids=ids, logits_to_keep=256).logits
             want = reference(input_ids=ids, logits_to_keep=256).logits
     assert torch.equal(got, want)
+
+
+def test_a_deep_copy_of_an_extended_model_is_extended_on_its_own():
+    model = build("llama")
+    ids, mask = ids_and_mask()
+    handle = hf_trajpe.patch(model, "rope", rope_parameters={"rope_type": "yarn", "factor": 2.0})
+    want = logits(model, input_ids=ids, attention_mask=mask)
+    twin = copy.deepcopy(model)
+    assert twin.config.max_position_embeddings == 64 and torch.equal(logits(twin, input_ids=ids, attention_mask=mask),
+                                                                      want)
+    hf_trajpe.unpatch(twin)
+    assert twin.config.max_position_embeddings == ORIGINAL and model.config.max_position_embeddings == 64
+    assert torch.equal(logits(model, input_ids=ids, attention_mask=mask), want) and handle.active
