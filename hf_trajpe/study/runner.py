@@ -60,11 +60,12 @@ def _check_output_dir(cfg: StudyConfig, out: Path) -> None:
 
 def prepare_data(cfg: StudyConfig, out: Path, log) -> Path:
     """The content-type datasets under ``out/data``, and the training blocks every run trains on
-    (``build_run_data`` of the runs' data section, built once: equal blocks per type) in ``train_blocks.pt``."""
+    (``build_run_data`` of the runs' data section, built once: equal blocks per type) in ``train_rows.pt``."""
     from ..data import save_all
-    from ..training import build_run_data, load_run_tokenizer
+    from ..training import RunData, build_run_data, load_run_tokenizer
+    from .rows import ROWS, save_rows
 
-    data_dir, blocks_path = out / "data", out / "train_blocks.pt"
+    data_dir, blocks_path = out / "data", out / ROWS
     if not (data_dir / "manifest.json").exists():
         log(f"building the content-type datasets into {data_dir}")
         save_all(data_dir, sizes={"train": cfg.data.train, "validation": 0, "test": cfg.data.test},
@@ -72,7 +73,7 @@ def prepare_data(cfg: StudyConfig, out: Path, log) -> Path:
     if not blocks_path.exists():
         exp = experiment_config(cfg, cfg.baseline, None, cfg.seeds[0], out)
         blocks = build_run_data(exp.data, load_run_tokenizer(exp.model), exp.model.task).train
-        torch.save(blocks, blocks_path)
+        save_rows(blocks_path, RunData(blocks, {}, list(exp.data.content_types)))
         n = len(blocks) // len(exp.data.content_types)
         log(f"{len(blocks)} training blocks of {cfg.data.block_size} tokens ({n} per content type)")
     return blocks_path

@@ -17,14 +17,13 @@ import time
 from functools import partial
 from pathlib import Path
 
-import torch
-
 from .config import patch_options
 from .report import first_screen
+from .rows import ROWS, load_rows, save_rows
 from .runner import _check_output_dir, package_versions, train_all
 from .runs import Run, run_folder
 from .task_config import TaskStudyConfig, task_experiment
-from .task_train import split_flags, task_trainer, training_rows
+from .task_train import training_rows
 from .train import quiet_libraries, train_run
 
 __all__ = ["evaluate_task", "prepare_task", "run_task_study"]
@@ -34,10 +33,11 @@ EVAL_ROWS = 8  # validation rows the trainer scores at the end (its logged evalu
 
 def prepare_task(cfg: TaskStudyConfig, task: str, out: Path, tokenizer, log):
     """The task's ``DatasetDict`` (saved under ``out/data/<task>``, reloaded when present) and its training
-    rows (``train_blocks.pt`` beside it). Returns ``(dataset, blocks_path, training length)``."""
+    rows (``train_rows.pt`` beside it: ids and loss mask). Returns ``(dataset, blocks_path, training length)``."""
     import datasets
 
     from ..data.tasks import build_task, encode_rows
+    from ..training import RunData
 
     folder = out / "data" / task
     if (folder / "dataset_dict.json").exists():
@@ -54,17 +54,17 @@ def prepare_task(cfg: TaskStudyConfig, task: str, out: Path, tokenizer, log):
         finally:
             if not quiet:
                 datasets.enable_progress_bars()
-    blocks_path = folder / "train_blocks.pt"
+    blocks_path = folder / ROWS
     if blocks_path.exists():
-        length = int(torch.load(blocks_path, weights_only=True)["train"].shape[1])
+        length = int(load_rows(blocks_path).train.shape[1])
     else:
         train = encode_rows(dd["train"]["text"], dd["train"]["answer_spans"], tokenizer)
         length = max(len(ids) for ids, _ in train)
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         val = encode_rows(dd["validation"]["text"][:EVAL_ROWS], dd["validation"]["answer_spans"][:EVAL_ROWS], tokenizer)
         val = [(ids[:length], mask[:length]) for ids, mask in val]
-        torch.save({"task": task, "train": training_rows(train, length, pad, cfg.data.loss),
-                    "eval": split_flags(training_rows(val, length, pad))[0]}, blocks_path)
+        ids, mask = training_rows(train, length, pad, cfg.data.loss)
+        save_rows(blocks_path, RunData(ids, {task: training_rows(val, length, pad)[0]}, [task], mask))
         log(f"{task}: {len(train)} training rows of {length} tokens (loss on {cfg.data.loss})")
     return dd, blocks_path, length
 
@@ -143,7 +143,7 @@ def run_task_study(cfg: TaskStudyConfig, command: str | None = None, progress: b
         t1 = time.perf_counter()
         done = train_all(sized, runs, blocks_path, lambda m, t=task: log(f"{t}: {m}"),
                          experiment=partial(_experiment, task=task, length=length),
-                         train_fn=partial(train_run, trainer_factory=task_trainer))
+                         train_fn=train_run)
         t2 = time.perf_counter()
         new = sum(1 for s in done if s.pop("_new", False))
         if new:
