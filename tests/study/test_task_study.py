@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from hf_trajpe.study import load_study_config, run_study
-from hf_trajpe.study.task_config import TaskStudyConfig
-from hf_trajpe.study.task_train import training_rows
+from hf_trajpe.study.tasks import training_rows
+from hf_trajpe.study.tasks_config import TaskStudyConfig
 from hf_trajpe.training.config import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
