@@ -199,8 +199,10 @@ def write_report(out: Path, curves: dict, stock: float | None, seconds: dict, cf
 
 
 def main(argv=None) -> int:
+    from hf_trajpe.training.yaml_files import read_config_file
+
     args = parse_args(argv)
-    base = yaml.safe_load(args.config.read_text())
+    base = read_config_file(args.config)  # a config's base: file resolved (hf_trajpe.training.yaml_files)
     args.out.mkdir(parents=True, exist_ok=True)
     curves, seconds = {}, {}
     cfg = base

@@ -43,7 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..study import load_study_config, run_study
-    from ..study.report import first_screen
+    from ..study.screen import first_screen
 
     configs = args.config if isinstance(args.config, list) else [args.config]
     if len(configs) > 1 and args.overrides:

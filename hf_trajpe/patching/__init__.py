@@ -10,7 +10,8 @@ How the engine is laid out (each file one concept):
 - ``sources.py``: where positions come from (integer ranks, or trajectory).
 - ``state.py``: the per-model state; ``modules.py``: the replacement table and rotary modules;
   ``attention.py``: the attention functions registered with transformers; ``hooks.py``: the forward hooks.
-- ``api.py``, ``handle.py``, ``persistence.py``: patch/unpatch, the handle, save/reload.
+- ``api.py``, ``handle.py``: patch/unpatch, the handle; ``persistence.py``, ``saving.py``, ``reload.py``:
+  the patch files, ``save_pretrained``, reloading.
 
 ``import hf_trajpe.patching`` stays light: transformers is imported only when a model is patched.
 """
@@ -19,8 +20,10 @@ from .api import PatchHandle, get_handle, patch, unpatch
 from .attention import register_attention
 from .config import CONFIG_NAME, ENCODINGS, TRAJECTORY_BASES, PatchConfig
 from .families import OVERRIDES, SUPPORTED, FamilyAdapter, adapter_for, register_override
-from .persistence import STATE_NAME, from_pretrained, load_patch, save_patch
+from .handle import save_patch
+from .persistence import STATE_NAME
 from .plan import PatchPlan, resolve_plan
+from .reload import from_pretrained, load_patch
 from .schemes import SCHEMES, Scheme, register_scheme
 
 __all__ = [

@@ -1,4 +1,5 @@
-"""``patch``/``unpatch``/``get_handle``: the plugin API (saving and reloading: ``persistence.py``).
+"""``patch``/``unpatch``: the plugin API (the handle and where it lives: ``handle.py``; saving: ``saving.py``
+and ``persistence.py``; reloading, which patches: ``reload.py``).
 
 Instances only: a class is never modified, so an unpatched model of the same class in the same
 process is untouched. Every change is recorded in the handle and undone by ``unpatch``; every check
@@ -15,35 +16,16 @@ from torch import nn
 from ..compat import check_transformers_version
 from .attention import bind_attention_modules, register_attention
 from .config import PatchConfig
-from .handle import PatchHandle
+from .handle import HANDLE_ATTR, PatchHandle, get_handle, target_model
 from .hooks import make_post_hook, make_pre_hook
 from .modules import PatchedPositionTable, PatchedRotary
-from .persistence import MODULE_NAME, STATE_NAME, from_pretrained, load_patch, make_save_pretrained, save_patch
+from .persistence import MODULE_NAME
 from .plan import ATTENTION_NAMES, get_path, resolve_plan
 from .rope_scaling import extend_config, scaled_rotary_module
+from .saving import make_save_pretrained
 from .state import STATE_ATTR, PatchState
 
-__all__ = ["PatchHandle", "patch", "unpatch", "get_handle", "save_patch", "load_patch", "from_pretrained",
-           "STATE_NAME", "STATE_ATTR"]
-
-_HANDLE_ATTR = "_hf_trajpe_handle"
-
-
-def _target(model: nn.Module) -> nn.Module:
-    from transformers import PreTrainedModel
-
-    if isinstance(model, PreTrainedModel):
-        return model
-    if hasattr(model, "get_base_model"):  # a PEFT model: patch the transformers model inside
-        inner = model.get_base_model()
-        if isinstance(inner, PreTrainedModel):
-            return inner
-    raise TypeError(f"hf_trajpe.patch needs a transformers PreTrainedModel, got {type(model).__name__}")
-
-
-def get_handle(model: nn.Module) -> PatchHandle | None:
-    """The active handle of a patched model, or ``None``."""
-    return _target(model).__dict__.get(_HANDLE_ATTR)
+__all__ = ["PatchHandle", "patch", "unpatch", "get_handle", "STATE_ATTR"]
 
 
 def _config(encoding: str | PatchConfig, options: dict) -> PatchConfig:
@@ -62,7 +44,7 @@ def patch(model: nn.Module, encoding: str | PatchConfig = "native", **options) -
     options the chosen scheme declares (``npos_max`` for ``cope``; :meth:`PatchConfig.from_options`).
     """
     check_transformers_version()
-    model = _target(model)
+    model = target_model(model)
     config = _config(encoding, options)
     if get_handle(model) is not None:
         raise RuntimeError("this model is already patched; call hf_trajpe.unpatch(model) first")
@@ -121,7 +103,7 @@ def _install(model: nn.Module, handle: PatchHandle) -> None:
             "__deepcopy__": functools.partial(_deepcopy_patched, model),
             "__reduce_ex__": functools.partial(_refuse_pickle, model),
             "set_attn_implementation": functools.partial(_set_attn_implementation, model, plan),
-            _HANDLE_ATTR: handle,
+            HANDLE_ATTR: handle,
         }
         for key, value in instance.items():
             model.__dict__[key] = value

@@ -30,6 +30,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
+from .attention_inputs import attention_inputs
 from .state import STATE_ATTR, PatchState
 
 __all__ = ["COMPILE", "RECOMPILE_LIMIT", "bucket", "flex_mask", "alibi_score_mod", "register_score_mod",
@@ -142,8 +143,6 @@ def _positional_score_mod(st: PatchState, query: torch.Tensor, key: torch.Tensor
                           kv_pad: int) -> Callable | None:
     """The scheme's ``score_mod`` for this layer (``None``: it adds nothing to the scores), built once per
     forward and shared by the layers."""
-    from .attention import attention_inputs
-
     scheme = st.scheme
     if scheme.contributes != "bias":
         return None
@@ -210,9 +209,7 @@ def flex_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: to
         raise NotImplementedError(f"{st.plan.scheme} runs with attention implementations eager and sdpa only, not "
                                   "flex_attention: load the model with attn_implementation='sdpa'")
     if st is not None and st.scheme.contributes == "rotary":
-        from .attention import attention_inputs
-
-        query, key, _ = attention_inputs(st, query, key)
+            query, key, _ = attention_inputs(st, query, key)
     n, t = query.shape[2], key.shape[2]
     q_pad, kv_pad = attention_mask.seq_lengths if attention_mask is not None else (n, t)
     if q_pad < n or kv_pad < t:

@@ -1,4 +1,5 @@
-"""``PatchHandle``: what :func:`hf_trajpe.patch` returns; undoes the patch, carries per-call inputs."""
+"""``PatchHandle``: what :func:`hf_trajpe.patch` returns; undoes the patch, carries per-call inputs. Also
+where a patched model keeps its handle (:func:`get_handle`), and saving the patch of a model (:func:`save_patch`)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,39 @@ from torch import nn
 
 from ..monitoring import TrajectoryMonitor
 from .config import PatchConfig
+from .persistence import write_patch
 from .state import PatchState
 
-__all__ = ["PatchHandle"]
+__all__ = ["HANDLE_ATTR", "PatchHandle", "get_handle", "save_patch", "target_model"]
+
+#: the attribute of a patched model holding its active handle
+HANDLE_ATTR = "_hf_trajpe_handle"
+
+
+def target_model(model: nn.Module) -> nn.Module:
+    """The transformers model that a patch goes into (the base model inside a PEFT model)."""
+    from transformers import PreTrainedModel
+
+    if isinstance(model, PreTrainedModel):
+        return model
+    if hasattr(model, "get_base_model"):  # a PEFT model: patch the transformers model inside
+        inner = model.get_base_model()
+        if isinstance(inner, PreTrainedModel):
+            return inner
+    raise TypeError(f"hf_trajpe.patch needs a transformers PreTrainedModel, got {type(model).__name__}")
+
+
+def get_handle(model: nn.Module) -> PatchHandle | None:
+    """The active handle of a patched model, or ``None``."""
+    return target_model(model).__dict__.get(HANDLE_ATTR)
+
+
+def save_patch(model: nn.Module, directory: str | os.PathLike, *, _save_id: str | None = None) -> None:
+    """Write ``hf_trajpe_config.json`` (and the learnable state, if any) of a patched model into ``directory``."""
+    handle = get_handle(model)
+    if handle is None:
+        raise ValueError("this model is not patched by hf_trajpe; nothing to save")
+    write_patch(handle, directory, _save_id)
 
 
 class PatchHandle:
@@ -81,8 +112,6 @@ class PatchHandle:
         return monitor
 
     def save(self, directory: str | os.PathLike) -> None:
-        from .persistence import save_patch
-
         save_patch(self.model, directory)
 
     def unpatch(self) -> None:

@@ -10,16 +10,12 @@ Both return ``(positions [b, n] float32, real tokens seen per row [b] or None, t
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 
 from ..cache import DisplacementCache, embedding_version
 from ..encodings.trajectory import TrajectoryPast, extend_positions, trajectory_positions
 from ..strength import AutoStrength
-
-if TYPE_CHECKING:
-    from .state import DecodingMemory, PatchState
+from .types import DecodingMemoryView, PositionState
 
 __all__ = ["RankPositions", "TrajectoryPositions"]
 
@@ -27,7 +23,8 @@ __all__ = ["RankPositions", "TrajectoryPositions"]
 class RankPositions:
     """Integer positions: ranks of the real tokens."""
 
-    def __call__(self, state: PatchState, embeddings: torch.Tensor, input_ids, mask, memory: DecodingMemory | None,
+    def __call__(self, state: PositionState, embeddings: torch.Tensor, input_ids, mask,
+                 memory: DecodingMemoryView | None,
                  use_cache: bool, embedding_weight) -> tuple[torch.Tensor, torch.Tensor, None]:
         b, n = embeddings.shape[:2]
         device = embeddings.device
@@ -53,15 +50,15 @@ class TrajectoryPositions:
         #: the last auto strength, reused by decoding steps
         self.auto_alpha: torch.Tensor | None = None
 
-    def __call__(self, state: PatchState, embeddings: torch.Tensor, input_ids, mask, memory: DecodingMemory | None,
+    def __call__(self, state: PositionState, embeddings: torch.Tensor, input_ids, mask,
+                 memory: DecodingMemoryView | None,
                  use_cache: bool, embedding_weight) -> tuple[torch.Tensor, torch.Tensor | None, TrajectoryPast | None]:
-        cfg = state.plan.config
         alpha = self._alpha(state, embeddings.shape[0], input_ids, memory)
-        kwargs = dict(beta=cfg.beta, max_positions=None, detach=cfg.detach, monitor=state.monitor)
+        kwargs = state.trajectory_options()
         if (
             self.displacement_cache is not None
             and memory is None
-            and (not use_cache or not state.plan.causal)  # a causal model decoding next needs the full state
+            and (not use_cache or not state.keeps_full_state())  # a causal model decoding next needs the full state
             and input_ids is not None
             and not (torch.is_tensor(alpha) and alpha.requires_grad)
         ):
@@ -80,10 +77,10 @@ class TrajectoryPositions:
         return self._clamp(state, positions), past.num_real, past
 
     @staticmethod
-    def _clamp(state: PatchState, positions: torch.Tensor) -> torch.Tensor:
+    def _clamp(state: PositionState, positions: torch.Tensor) -> torch.Tensor:
         """Positions past the plan's limit stop at its last position; the state counts and reports them.
         (Clamped here, not inside ``trajectory_positions``, so the count reaches the state.)"""
-        limit = state.plan.max_positions
+        limit = state.position_limit()
         if limit is None:
             return positions
         over = positions > limit - 1  # pads are at 0
@@ -93,7 +90,7 @@ class TrajectoryPositions:
             positions = positions.clamp(max=limit - 1)
         return positions
 
-    def _alpha(self, state: PatchState, b: int, input_ids, memory) -> torch.Tensor:
+    def _alpha(self, state: PositionState, b: int, input_ids, memory) -> torch.Tensor:
         strength = state.strength
         texts = state.call_texts
         if isinstance(strength, AutoStrength) and texts is None:

@@ -117,6 +117,18 @@ class PatchState(nn.Module):
         #: real tokens whose trajectory position was clamped at the position limit, since patching
         self.clamped_tokens = 0
 
+    def trajectory_options(self) -> dict:
+        """Keyword arguments of ``trajectory_positions`` for this patch (positions clamped by the source)."""
+        cfg = self.plan.config
+        return dict(beta=cfg.beta, max_positions=None, detach=cfg.detach, monitor=self.monitor)
+
+    def keeps_full_state(self) -> bool:
+        """Whether decoding after a call needs the call's full trajectory state: a causal model."""
+        return self.plan.causal
+
+    def position_limit(self) -> int | None:
+        return self.plan.max_positions
+
     def report_clamped(self, count: int) -> None:
         """Count clamped positions; the first time, say so (a clamped position silently merges tokens)."""
         if self.clamped_tokens == 0:

@@ -1,7 +1,5 @@
-"""What the study trains: one run per (encoding, seed), plus the strength sweep's extra runs.
-
-A sweep strength whose patch is the same as one of the study's encodings reuses that encoding's runs
-(strength 0 is its base encoding exactly, docs/spec.md, section 2.6: bit for bit, so it also trains identically).
+"""One study run (an encoding, a seed, its folder), whatever the suite: whether it is trained already,
+and the folders the study may write.
 """
 
 from __future__ import annotations
@@ -11,15 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..paths import inside
-from .config import StudyConfig, patch_options
 
-__all__ = ["Run", "check_run_folder", "run_folder", "plan_runs", "same_patch", "sweep_names", "sweep_label"]
+__all__ = ["SUMMARY", "Run", "check_run_folder", "run_folder", "same_patch"]
 
 SUMMARY = "train_summary.json"
-
-_TRAJECTORY_ONLY = ("base", "strength", "learnable_strength", "beta", "interpolation", "detach", "cache",
-                    "cache_size")
-
 
 @dataclass(frozen=True)
 class Run:
@@ -64,53 +57,7 @@ def same_patch(saved: dict | None, options: dict | None) -> bool:
     return {k: v for k, v in want.items() if k not in drop} == {k: v for k, v in saved.items() if k not in drop}
 
 
-def sweep_label(strength: float) -> str:
-    return f"sweep_strength_{strength:g}"
-
-
-def _canonical(opts: dict | None):
-    """A comparable form of a patch; trajectory at strength 0 becomes its base encoding."""
-    from ..patching import PatchConfig
-
-    if opts is None:
-        return ("native",)
-    opts = dict(opts)
-    if opts.get("encoding") == "trajectory" and opts.get("strength", 0.2) == 0 and opts.get("base"):
-        opts = {k: v for k, v in opts.items() if k not in _TRAJECTORY_ONLY} | {"encoding": opts["base"]}
-    cfg = PatchConfig.from_options(**opts).to_dict()
-    return tuple(sorted((k, str(v)) for k, v in cfg.items()))
-
-
-def sweep_names(cfg: StudyConfig) -> dict[float, str]:
-    """``{strength: model name}``: an existing encoding's name when the patch is the same."""
-    if cfg.sweep is None:
-        return {}
-    known = {_canonical(patch_options(o)): name for name, o in cfg.encodings.items()}
-    out = {}
-    for s in cfg.sweep.strengths:
-        opts = {**cfg.sweep.encoding, "strength": s}
-        out[s] = known.get(_canonical(opts), sweep_label(s))
-    return out
-
-
 def run_folder(root: Path, name: str, seed: int) -> Path:
     """``root/<name>_s<seed>``, refused if it leaves ``root`` (names are checked with the config already)."""
     inside(root, f"{name}_s{seed}", f"encodings.{name}")
     return root / f"{name}_s{seed}"
-
-
-def plan_runs(cfg: StudyConfig) -> list[Run]:
-    root = Path(cfg.output_dir) / "models"
-    runs = [Run(name, seed, patch_options(opts), run_folder(root, name, seed))
-            for name, opts in cfg.encodings.items() for seed in cfg.seeds]
-    if cfg.sweep is not None:
-        seeds = cfg.sweep.seeds or cfg.seeds
-        for s, name in sweep_names(cfg).items():
-            if name in cfg.encodings:
-                missing = [seed for seed in seeds if seed not in cfg.seeds]
-                runs += [Run(name, seed, patch_options(cfg.encodings[name]), run_folder(root, name, seed))
-                         for seed in missing]
-                continue
-            opts = {**cfg.sweep.encoding, "strength": s}
-            runs += [Run(name, seed, opts, run_folder(root, name, seed)) for seed in seeds]
-    return runs

@@ -34,32 +34,28 @@ def quiet_libraries() -> None:
     logging.getLogger("accelerate.utils.other").setLevel(logging.ERROR)  # "Removed shared tensor ..."
 
 
-def train_run(run: Run, experiment: dict, blocks_path: str, log_every: int, threads: int = 1,
-              trainer_factory=None) -> dict:
-    """Train ``run`` (``experiment``: its experiment config as a dict) on the blocks saved at ``blocks_path``
-    (built from that config's data section), save it into ``run.folder`` atomically; return the summary.
+def train_run(run: Run, experiment: dict, rows_path: str, log_every: int, threads: int = 1) -> dict:
+    """Train ``run`` (``experiment``: its experiment config as a dict) on the rows saved at ``rows_path``
+    (:mod:`~hf_trajpe.study.rows`, with their loss mask where a suite gives one), save it into ``run.folder``
+    atomically; return the summary.
 
     The trainer works in ``<folder>.tmp``; the model it saves there (``final/``, written by the patched
     model's ``save_pretrained``) gets the summary and is renamed to ``run.folder``: a killed study never
     leaves a half-written model. A folder already at ``run.folder`` is replaced only if it is a model the
     study trained (:func:`~hf_trajpe.study.runs.check_run_folder`); it is moved aside before the rename and
-    removed after it, never before. ``trainer_factory(cfg, blocks_path, log)``: another trainer on other saved
-    data (the task study's, :func:`hf_trajpe.study.task_train.task_trainer`)."""
+    removed after it, never before."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     torch.set_num_threads(threads)
     quiet_libraries()
-    from ..training import RunData, config_from_dict
+    from ..training import config_from_dict
     from ..training.trainer import Trainer
+    from .rows import load_rows
 
     cfg = config_from_dict(experiment)
     check_run_folder(run)
     work = Path(cfg.output_dir)
     shutil.rmtree(work, ignore_errors=True)  # <folder>.tmp: this run's own work folder, left by a killed run
-    if trainer_factory is None:
-        data = RunData(torch.load(blocks_path, weights_only=True), {}, list(cfg.data.content_types))
-        trainer = Trainer(cfg, data=data, log=lambda message: None).setup()
-    else:
-        trainer = trainer_factory(cfg, blocks_path, lambda message: None).setup()
+    trainer = Trainer(cfg, data=load_rows(rows_path), log=lambda message: None).setup()
     try:
         reason = trainer.train()
         if reason != "done":  # a SIGTERM: the checkpoint in the work folder is not a finished model

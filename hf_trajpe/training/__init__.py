@@ -21,7 +21,7 @@ from .config import (
     config_from_dict,
     load_config,
 )
-from .data import RunData, batch_indices, build_run_data, iterate_batches, mask_tokens
+from .data import RunData, batch_indices, build_run_data, iterate_batches, iterate_rows, mask_tokens
 from .files import RunFileError
 from .model import auto_model_class, build_model, load_run_tokenizer, resolve_model_path
 from .optimization import build_optimizer, build_scheduler, lr_factor
@@ -50,6 +50,7 @@ __all__ = [
     "config_from_dict",
     "find_resume",
     "iterate_batches",
+    "iterate_rows",
     "latest_checkpoint",
     "load_config",
     "load_run_tokenizer",

@@ -17,12 +17,11 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from .files import RunFileError, fsync_dir, fsync_tree
+from .files import TRAINER_STATE, RunFileError, fsync_dir, fsync_tree
 
 __all__ = ["TRAINER_STATE", "checkpoint_dirs", "find_resume", "latest_checkpoint", "read_trainer_state",
            "save_checkpoint"]
 
-TRAINER_STATE = "trainer_state.json"
 _NAME = re.compile(r"^step_(\d+)$")
 
 

@@ -20,6 +20,7 @@ from typing import Any
 from ..paths import check_name
 from .typed_config import ConfigError, apply_overrides, from_dict
 from .typed_config import suggest as _suggest
+from .yaml_files import read_config_file, read_yaml
 
 __all__ = [
     "ConfigError",
@@ -388,28 +389,13 @@ def config_from_dict(data: dict) -> ExperimentConfig:
     return from_dict(ExperimentConfig, data).validate()
 
 
-def read_yaml(path: str | Path) -> Any:
-    """The YAML document of ``path`` (``{}`` when empty); a :class:`ConfigError` naming the file when it is
-    not UTF-8 text or not YAML."""
-    import yaml
-
-    try:
-        return yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); save the file as "
-                          "UTF-8") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {' '.join(str(exc).split())}; fix the syntax there") from None
-
-
 def load_config(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
-    """Read a YAML experiment config, apply ``key=value`` overrides, validate."""
+    """Read a YAML experiment config (its ``base:`` files first, :mod:`.yaml_files`), apply ``key=value``
+    overrides, validate."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"config file {str(path)!r} does not exist")
-    data = read_yaml(path)
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a config must be a mapping of keys, got {type(data).__name__}")
+    data = read_config_file(path)
     try:
         return config_from_dict(apply_overrides(data, overrides or []))
     except ConfigError as err:

@@ -22,14 +22,24 @@ import torch
 from ..evaluation.masking import mask_tokens
 from .config import DataConfig
 
-__all__ = ["RunData", "batch_indices", "build_run_data", "iterate_batches", "mask_tokens"]
+__all__ = ["RunData", "batch_indices", "build_run_data", "iterate_batches", "iterate_rows", "mask_tokens"]
 
 
 @dataclass
 class RunData:
+    """The rows a run trains on. ``loss_mask`` (``[N, L]`` bool, optional) says which tokens carry the loss
+    (labels elsewhere are -100): answer tokens of a task, right padding left out; ``None``: every token."""
+
     train: torch.Tensor  # [N, L] token ids of the training blocks (all types, concatenated)
     eval_blocks: dict[str, torch.Tensor]  # type -> [n, L] validation blocks
     content_types: list[str]
+    loss_mask: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if self.loss_mask is not None and (self.loss_mask.shape != self.train.shape
+                                           or self.loss_mask.dtype != torch.bool):
+            raise ValueError(f"loss_mask must be a bool tensor shaped like the rows {tuple(self.train.shape)}, got "
+                             f"{self.loss_mask.dtype} {tuple(self.loss_mask.shape)}")
 
 
 def _load_splits(cfg: DataConfig, types: list[str]) -> dict:
@@ -110,6 +120,15 @@ def iterate_batches(train: torch.Tensor, batch_size: int, rank: int, world: int,
             yield k, train[perm[s:s + batch_size]]
             j += 1
             k += 1
+
+
+def iterate_rows(data: RunData, batch_size: int, rank: int, world: int, seed: int, start: int = 0,
+                 order: str = "epochs") -> Iterator[tuple[int, torch.Tensor, torch.Tensor | None]]:
+    """``(k, ids [B, L], loss mask [B, L] or None)``: :func:`iterate_batches` over the rows of ``data``, the
+    mask drawn with the same indices (the batches depend on the number of rows only)."""
+    rows = torch.arange(data.train.shape[0])
+    for k, idx in iterate_batches(rows, batch_size, rank, world, seed, start=start, order=order):
+        yield k, data.train[idx], (data.loss_mask[idx] if data.loss_mask is not None else None)
 
 
 def _random_batches(train: torch.Tensor, batch_size: int, rank: int, world: int, seed: int,

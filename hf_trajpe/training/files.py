@@ -28,6 +28,9 @@ __all__ = ["LOCK_NAME", "OutputLock", "RunFileError", "atomic_write_text", "clea
 LOCK_NAME = ".hf_trajpe.lock"
 _TMP_FILE = re.compile(r"^\..+\.tmp-\d+$")
 
+#: the trainer's state file in a checkpoint: a checkpoint folder is complete once it holds this file
+TRAINER_STATE = "trainer_state.json"
+
 
 class RunFileError(ValueError):
     """A file of a run cannot be read; the message names the file (and the line)."""
@@ -98,8 +101,6 @@ def clean_leftovers(output_dir: str | os.PathLike, log=print) -> list[str]:
     ``checkpoints/.old-step_N`` is a complete checkpoint that a re-save of step N moved aside: if
     ``step_N`` is missing, the re-save's complete ``.tmp-step_N`` (it holds ``trainer_state.json``) is
     renamed to ``step_N``, else the old one is put back."""
-    from .checkpoint import TRAINER_STATE
-
     out = Path(output_dir)
     done: list[str] = []
     root = out / "checkpoints"

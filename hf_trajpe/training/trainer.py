@@ -44,7 +44,7 @@ from ..evaluation.masking import lm_inputs
 from ..paths import writable_dir
 from .checkpoint import find_resume, read_trainer_state
 from .config import ExperimentConfig
-from .data import RunData, build_run_data, iterate_batches
+from .data import RunData, build_run_data, iterate_rows
 from .files import OutputLock, RunFileError, atomic_write_text, clean_leftovers
 from .model import build_model, check_paths, is_lora, load_run_tokenizer
 from .optimization import build_optimizer, build_scheduler
@@ -174,6 +174,8 @@ class Trainer(StopControl, RunReport, RunSaving):
         self.tokenizer = load_run_tokenizer(cfg.model)
         self.data: RunData = (self._data if self._data is not None
                               else build_run_data(cfg.data, self.tokenizer, cfg.model.task))
+        if self.data.loss_mask is not None and cfg.model.task != "clm":
+            raise ValueError("rows with a loss mask train a causal LM only (model.task: clm)")
         set_seed(cfg.seed)
         model, self.handle = build_model(cfg, self.tokenizer)
         if is_lora(model):
@@ -229,10 +231,13 @@ class Trainer(StopControl, RunReport, RunSaving):
     def _micro_seed(self, k: int) -> int:
         return (self.cfg.seed * 1_000_003 + k) * 4099 + self.accelerator.process_index
 
-    def _forward(self, blocks: torch.Tensor, k: int) -> torch.Tensor:
+    def _forward(self, blocks: torch.Tensor, k: int, loss_mask: torch.Tensor | None = None) -> torch.Tensor:
         cfg, acc = self.cfg, self.accelerator
-        inputs, labels = lm_inputs(blocks, cfg.model.task, self.tokenizer, seed=self._micro_seed(k),
-                                   mlm_probability=cfg.model.mlm_probability)
+        if loss_mask is not None:  # rows that say which tokens carry the loss (causal LM: checked at setup)
+            inputs, labels = blocks, torch.where(loss_mask, blocks, torch.full_like(blocks, -100))
+        else:
+            inputs, labels = lm_inputs(blocks, cfg.model.task, self.tokenizer, seed=self._micro_seed(k),
+                                       mlm_probability=cfg.model.mlm_probability)
         kwargs = {"use_cache": False} if cfg.model.task == "clm" else {}
         inputs, labels = inputs.to(acc.device), labels.to(acc.device)
         # no attention_mask: training blocks have no padding, and an all-ones mask changes trajectory
@@ -248,8 +253,8 @@ class Trainer(StopControl, RunReport, RunSaving):
         cfg, acc = self.cfg, self.accelerator
         t = cfg.train
         accum = t.gradient_accumulation_steps
-        batches = iterate_batches(self.data.train, t.batch_size, acc.process_index, acc.num_processes,
-                                  cfg.seed, start=self.step * accum, order=cfg.data.order)
+        batches = iterate_rows(self.data, t.batch_size, acc.process_index, acc.num_processes,
+                               cfg.seed, start=self.step * accum, order=cfg.data.order)
         block = self.data.train.shape[1]
         tokens_per_step = t.batch_size * block * accum * acc.num_processes
         bar = tqdm(total=t.max_steps, initial=self.step, desc=f"{cfg.name}", unit="step", dynamic_ncols=True,
@@ -273,10 +278,10 @@ class Trainer(StopControl, RunReport, RunSaving):
             step_start = time.perf_counter()
             step_loss = torch.zeros((), device=acc.device)
             for i in range(accum):
-                k, blocks = next(batches)
+                k, blocks, loss_mask = next(batches)
                 sync = contextlib.nullcontext() if i == accum - 1 else acc.no_sync(self.model)
                 with sync:
-                    loss = self._forward(blocks, k) / accum
+                    loss = self._forward(blocks, k, loss_mask) / accum
                     acc.backward(loss)
                 step_loss += loss.detach()
             grad_norm = None

@@ -10,7 +10,7 @@ from patch_models import build, random_ids
 
 import hf_trajpe
 from hf_trajpe.encodings.rotary import apply_rotary, rotary_cos_sin, rotary_inv_freq
-from hf_trajpe.patching import attention
+from hf_trajpe.patching import attention_inputs
 from hf_trajpe.patching.rotation import rotate
 
 
@@ -102,7 +102,7 @@ def test_patched_gpt2_trains_as_with_the_plain_rotation(monkeypatch):
     results = []
     for plain in (False, True):
         if plain:
-            monkeypatch.setattr(attention, "rotate", lambda x, c, s: apply_rotary(x, x, c, s)[0])
+            monkeypatch.setattr(attention_inputs, "rotate", lambda x, c, s: apply_rotary(x, x, c, s)[0])
         model = build("gpt2").train()
         handle = hf_trajpe.patch(model, "trajectory", base="rope", strength=0.5, learnable_strength=True)
         loss = model(input_ids=ids, labels=ids).loss

@@ -11,14 +11,16 @@ import pytest
 import torch
 import yaml
 
-from hf_trajpe.study import load_study_config, run_study
+from hf_trajpe.study import StudyConfig, load_study_config, run_study
+from hf_trajpe.study.content_report import best_strength
 from hf_trajpe.study.control import random_control
-from hf_trajpe.study.report import DETAILS, best_strength, first_screen
-from hf_trajpe.study.runs import plan_runs, sweep_names
+from hf_trajpe.study.screen import DETAILS, first_screen
+from hf_trajpe.study.sweep import plan_runs, sweep_names
 from hf_trajpe.training.config import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT = str(ROOT / "configs" / "study" / "default.yaml")
+TASKS = str(ROOT / "configs" / "study" / "tasks.yaml")
 
 
 def test_every_study_config_is_valid_and_starts_with_its_command():
@@ -244,24 +246,26 @@ TINY = ["workers=1", "seeds=[0]", "model.n_layer=1", "model.n_embd=16", "model.n
 def test_a_folder_the_study_did_not_write_is_refused_and_kept_and_its_own_is_replaced(tmp_path):
     """A run's folder is replaced by a rename from a sibling, never deleted first; a folder there that
     the study did not train (no train_summary.json) is refused before training, and kept as it was."""
-    from hf_trajpe.study.runner import _experiment
+    from hf_trajpe.study.content import run_experiment
+    from hf_trajpe.study.rows import save_rows
     from hf_trajpe.study.train import SUMMARY, train_run
+    from hf_trajpe.training import RunData
 
     cfg = load_study_config(DEFAULT, overrides=TINY + [f"output_dir={tmp_path / 'runs'}"])
     (run,) = plan_runs(cfg)
     blocks = tmp_path / "blocks.pt"
-    torch.save(torch.randint(0, 200, (8, 16)), blocks)
+    save_rows(blocks, RunData(torch.randint(0, 200, (8, 16)), {}, ["random_content"]))
     (tmp_path / "runs" / "data").mkdir(parents=True)  # (the blocks above are the data)
     run.folder.mkdir(parents=True)
     (run.folder / "precious.txt").write_text("mine")
     with pytest.raises(FileExistsError, match="not a model this study trained"):
-        train_run(run, _experiment(cfg, run), str(blocks), log_every=1)
+        train_run(run, run_experiment(cfg, run), str(blocks), log_every=1)
     assert (run.folder / "precious.txt").read_text() == "mine"
     assert not run.folder.with_name(run.folder.name + ".tmp").exists()  # refused before the trainer started
 
     (run.folder / "precious.txt").unlink()
     (run.folder / SUMMARY).write_text("{}")  # an older model of this study: replaced
-    summary = train_run(run, _experiment(cfg, run), str(blocks), log_every=1)
+    summary = train_run(run, run_experiment(cfg, run), str(blocks), log_every=1)
     assert summary["steps"] == 2 and (run.folder / "model.safetensors").is_file()
     assert json.loads((run.folder / SUMMARY).read_text())["steps"] == 2
     assert sorted(p.name for p in run.folder.parent.iterdir()) == [run.folder.name]  # no sibling left
@@ -289,3 +293,21 @@ def test_a_yaml_syntax_error_or_a_file_that_is_not_utf8_names_the_file(tmp_path)
     latin.write_bytes("name: caf\xe9\n".encode("latin-1"))
     with pytest.raises(ConfigError, match=r"latin\.yaml: not UTF-8 text"):
         load_study_config(latin)
+
+
+def test_the_suite_key_picks_the_suite_and_a_yaml_without_it_keeps_the_old_rule(tmp_path):
+    """``suite:`` names the study's suite (the shipped YAMLs say it); without it a ``tasks:`` section means the
+    task suite, else the content suite; an unknown suite fails naming the known ones."""
+    from hf_trajpe.study.registry import SUITES, suite_of
+    from hf_trajpe.study.tasks_config import TaskStudyConfig
+
+    assert yaml.safe_load(open(DEFAULT))["suite"] == "content" and yaml.safe_load(open(TASKS))["suite"] == "tasks"
+    for path, kind in ((DEFAULT, StudyConfig), (TASKS, TaskStudyConfig)):
+        data = yaml.safe_load(open(path))
+        data.pop("suite")
+        cfg = load_study_config(_write(tmp_path, data))
+        assert type(cfg) is kind and suite_of(cfg) is SUITES[data.get("tasks") and "tasks" or "content"]
+    data = yaml.safe_load(open(DEFAULT)) | {"suite": "context_extension"}
+    with pytest.raises(ConfigError, match=r"suite: 'context_extension' is not one of the study suites \['content', "
+                                          r"'tasks'\]"):
+        load_study_config(_write(tmp_path, data))

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from hf_trajpe.study import load_study_config, run_study
-from hf_trajpe.study.task_config import TaskStudyConfig
-from hf_trajpe.study.task_train import split_flags, training_rows
+from hf_trajpe.study.tasks import training_rows
+from hf_trajpe.study.tasks_config import TaskStudyConfig
 from hf_trajpe.training.config import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,11 +42,11 @@ def test_task_config_lists_the_tasks_and_encodings_and_skips_optional_missing_on
 
 def test_training_rows_carry_the_loss_on_the_answer_tokens_only():
     encoded = [([5, 6, 7, 8], [False, False, True, True]), ([9, 6], [False, True])]
-    ids, labels = split_flags(training_rows(encoded, 5, pad_id=0))
+    ids, mask = training_rows(encoded, 5, pad_id=0)
     assert ids.tolist() == [[5, 6, 7, 8, 0], [9, 6, 0, 0, 0]]
-    assert labels.tolist() == [[-100, -100, 7, 8, -100], [-100, 6, -100, -100, -100]]
-    _, every = split_flags(training_rows(encoded, 5, pad_id=0, loss="all"))
-    assert every.tolist() == [[-100, 6, 7, 8, -100], [-100, 6, -100, -100, -100]]
+    assert mask.tolist() == [[False, False, True, True, False], [False, True, False, False, False]]
+    _, every = training_rows(encoded, 5, pad_id=0, loss="all")
+    assert every.tolist() == [[False, True, True, True, False], [False, True, False, False, False]]
     with pytest.raises(ValueError, match="more than the training length"):
         training_rows(encoded, 3, pad_id=0)
 

@@ -6,12 +6,14 @@ import pytest
 import yaml
 
 from hf_trajpe.training import ConfigError, apply_overrides, config_from_dict, load_config
+from hf_trajpe.training.yaml_files import read_config_file
 
 from .runs import TINY
 
 
 def tiny() -> dict:
-    return yaml.safe_load(TINY.read_text())
+    """The tiny experiment as one mapping (its base file's sections under its own)."""
+    return read_config_file(TINY)
 
 
 def test_tiny_config_loads_with_typed_overrides():

@@ -12,7 +12,8 @@ from hf_trajpe.training import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 ALL_YAML = sorted((ROOT / "configs").rglob("*.y*ml"))
-EXPERIMENTS = [p for p in ALL_YAML if "experiments" in p.parts]
+BASES = [p for p in ALL_YAML if p.parent.name == "base" and "experiments" in p.parts]  # shared sections
+EXPERIMENTS = [p for p in ALL_YAML if "experiments" in p.parts and p not in BASES]
 ACCELERATE = [p for p in ALL_YAML if "accelerate" in p.parts]
 STUDY = [p for p in ALL_YAML if "study" in p.parts]  # validated in tests/study
 
@@ -26,7 +27,7 @@ def test_the_expected_configs_exist():
         assert f"tiny_{enc}" in names, enc
         if enc in ("native", "trajectory") or SCHEMES[enc].bidirectional:  # MiniLM is a bidirectional BERT
             assert f"minilm_{enc}" in names, enc
-    validated = len(EXPERIMENTS) + len(ACCELERATE) + len(STUDY)
+    validated = len(EXPERIMENTS) + len(BASES) + len(ACCELERATE) + len(STUDY)
     assert validated == len(ALL_YAML), "a YAML outside the folders is not validated"
 
 
@@ -54,6 +55,37 @@ def test_experiment_config_validates(path):
         assert cfg.model.task == "clm" and (cfg.model.lora is not None) == ("_lora_" in path.stem)
     else:
         assert cfg.model.path == "minilm" and cfg.model.task == "mlm" and cfg.model.tokenizer == "minilm"
+
+
+@pytest.mark.parametrize("path", BASES, ids=lambda p: p.stem)
+def test_a_base_file_says_how_to_launch_what_uses_it_and_is_used(path):
+    """A base is not launched alone: its first lines say so and give the launch of a file that uses it; every
+    base is the base of at least one experiment, and those load through it (test_experiment_config_validates)."""
+    first, second = path.read_text().splitlines()[:2]
+    assert first.startswith("# Launch: not alone") and "accelerate launch" in second
+    used = [p for p in EXPERIMENTS if (yaml.safe_load(p.read_text()) or {}).get("base") == f"base/{path.name}"]
+    assert used and f"--config configs/experiments/{path.stem}_" in second
+    assert all(load_config(p).name == p.stem for p in used)
+
+
+def test_base_keys_merge_section_by_section_and_bad_bases_are_named(tmp_path):
+    from hf_trajpe.training import ConfigError
+
+    tiny = yaml.safe_load((ROOT / "configs/experiments/base/tiny.yaml").read_text())
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "tiny.yaml").write_text(yaml.safe_dump(tiny))
+    (tmp_path / "x.yaml").write_text("base: shared/tiny.yaml\nname: x\noutput_dir: runs/x\n"
+                                     "encoding: {name: rope, options: {}}\ntrain: {max_steps: 7}\n")
+    cfg = load_config(tmp_path / "x.yaml")
+    assert cfg.train.max_steps == 7 and cfg.train.batch_size == tiny["train"]["batch_size"]  # merged, not replaced
+    assert cfg.model.config == tiny["model"]["config"] and cfg.encoding.name == "rope"
+    (tmp_path / "y.yaml").write_text("base: missing.yaml\nname: y\n")
+    with pytest.raises(ConfigError, match=r"y.yaml: base: 'missing.yaml' does not exist"):
+        load_config(tmp_path / "y.yaml")
+    (tmp_path / "a.yaml").write_text("base: b.yaml\n")
+    (tmp_path / "b.yaml").write_text("base: a.yaml\n")
+    with pytest.raises(ConfigError, match=r"the base files form a cycle \(.*a.yaml -> .*b.yaml -> .*a.yaml\)"):
+        load_config(tmp_path / "a.yaml")
 
 
 @pytest.mark.parametrize("path", ACCELERATE, ids=lambda p: p.stem)

@@ -97,3 +97,21 @@ def test_balance_takes_the_same_number_of_blocks_from_every_type():
     assert len(balanced) < len(full) and len(balanced) % 2 == 0
     half = len(balanced) // 2
     assert torch.equal(balanced[:half], full[:half])  # the first type's first blocks, then the second's
+
+
+def test_rows_with_a_loss_mask_train_on_the_masked_tokens_only():
+    """The trainer takes the labels from the rows' loss mask (-100 elsewhere); the batches are those of the ids."""
+    import pytest
+
+    from hf_trajpe.training import RunData, iterate_batches, iterate_rows
+
+    ids = torch.arange(40).view(10, 4)
+    mask = ids % 3 == 0
+    data = RunData(ids, {}, ["t"], mask)
+    plain = iterate_batches(ids, 2, 0, 1, seed=5, order="random")
+    for (k, rows, m), (k2, want) in zip(iterate_rows(data, 2, 0, 1, seed=5, order="random"), plain, strict=False):
+        assert k == k2 and torch.equal(rows, want) and torch.equal(m, want % 3 == 0)
+        if k == 5:
+            break
+    with pytest.raises(ValueError, match="loss_mask must be a bool tensor"):
+        RunData(ids, {}, ["t"], mask.long())

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-import yaml
 
 from hf_trajpe.training import ConfigError, build_scheduler, config_from_dict, lr_factor
+from hf_trajpe.training.yaml_files import read_config_file
 
 from .runs import TINY
 
@@ -35,7 +35,7 @@ def test_warmup_decay_shapes():
 
 
 def test_scheduler_steps_the_factor_of_the_config():
-    data = yaml.safe_load(TINY.read_text())
+    data = read_config_file(TINY)  # with its base file's sections
     data["schedule"] = {"name": "linear", "warmup_steps": 3, "min_lr_ratio": 0.1}
     data["train"]["max_steps"] = 10
     cfg = config_from_dict(data)

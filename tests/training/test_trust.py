@@ -30,14 +30,17 @@ def test_every_torch_load_in_the_project_uses_weights_only():
     assert not unsafe, f"torch.load without weights_only=True (it would run any pickled code): {unsafe}"
 
 
-def test_the_study_blocks_file_loads_with_weights_only(tmp_path):
-    """hf_trajpe.study saves the training blocks (a LongTensor) with torch.save and reads them back with
-    weights_only=True."""
-    from hf_trajpe.study.train import train_run  # noqa: F401  (the module that reads the file)
+def test_the_study_rows_file_loads_with_weights_only(tmp_path):
+    """hf_trajpe.study saves the training rows (ids, loss mask, validation rows) with torch.save and reads
+    them back with weights_only=True (hf_trajpe.study.rows)."""
+    from hf_trajpe.study.rows import load_rows, save_rows
+    from hf_trajpe.training import RunData
 
     blocks = torch.randint(0, 256, (6, 64))
-    torch.save(blocks, tmp_path / "train_blocks.pt")
-    assert torch.equal(torch.load(tmp_path / "train_blocks.pt", weights_only=True), blocks)
+    save_rows(tmp_path / "train_rows.pt", RunData(blocks, {"t": blocks[:2]}, ["t"], blocks > 100))
+    back = load_rows(tmp_path / "train_rows.pt")
+    assert torch.equal(back.train, blocks) and torch.equal(back.loss_mask, blocks > 100)
+    assert torch.equal(back.eval_blocks["t"], blocks[:2]) and back.content_types == ["t"]
 
 
 class _Payload:

@@ -5,14 +5,11 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from torch import nn
 
 from ..schemes import SCHEMES
-
-if TYPE_CHECKING:
-    from ..state import PatchState
+from ..types import StepState
 
 __all__ = ["FamilyAdapter"]
 
@@ -73,7 +70,7 @@ class FamilyAdapter:
         """The family's stock eager attention function (wrapped when biases or rotations go inside)."""
         return importlib.import_module(self.attention_module or type(base).__module__).eager_attention_forward
 
-    def install(self, model: nn.Module, state: PatchState) -> list[Callable[[], None]]:
+    def install(self, model: nn.Module, state: StepState) -> list[Callable[[], None]]:
         """Put in place what the engine cannot (an override whose positions live in the model's own code:
         GPT-J's sin/cos buffers, BLOOM's and MPT's ALiBi builders); returns the steps that undo it, run
         in reverse by ``unpatch``. Called last by ``hf_trajpe.patch``, so hooks added here run after the

@@ -23,13 +23,12 @@ Shape legend: ``b`` batch, ``n`` new tokens, ``t`` all key positions (cache + ne
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 import torch
 from torch import nn
 
-if TYPE_CHECKING:
-    from ..plan import PatchPlan
+from ..types import PlanView
 
 __all__ = ["CONTRIBUTIONS", "SCHEMES", "Scheme", "register_scheme", "get_scheme", "check_interpolation",
            "table_rows_for"]
@@ -67,7 +66,7 @@ class Scheme(nn.Module):
     #: options of its own (name -> default), saved in ``PatchConfig.scheme_options``
     options: ClassVar[dict[str, object]] = {}
 
-    def __init__(self, plan: PatchPlan) -> None:
+    def __init__(self, plan: PlanView) -> None:
         super().__init__()
         self.plan = plan
 
@@ -83,7 +82,7 @@ class Scheme(nn.Module):
         return True
 
     @classmethod
-    def check_model(cls, plan: PatchPlan) -> None:
+    def check_model(cls, plan: PlanView) -> None:
         """Refuse a model this scheme cannot run on (beyond ``supported_by``); default: accept."""
 
     @classmethod

@@ -1,4 +1,4 @@
-"""The study's reports: the evaluation report of the main encodings (``report.*`` against the
+"""The content study's reports: the evaluation report of the main encodings (``report.*`` against the
 baseline, plain significance and equivalence verdicts), and ``study.md``/``study.json``: the first screen
 (:mod:`.summary`), the trajectory effect against its own base encoding (the only comparison set beside the
 seed design's claims), the strength sweep against the claimed best strengths, the random-content control
@@ -18,11 +18,12 @@ from ..evaluation.evaluate_models import EvaluationResult, paired_deltas
 from ..evaluation.positions import positions_markdown
 from ..evaluation.report import cell as _cell
 from ..evaluation.report import write_report
-from .config import StudyConfig
+from .content_config import StudyConfig
 from .control import diagnose_control
+from .screen import DETAILS, json_default
 from .summary import summary_lines
 
-__all__ = ["DETAILS", "best_strength", "first_screen", "write_study_report"]
+__all__ = ["best_strength", "write_study_report"]
 
 
 def best_strength(per_strength: dict[float, dict], content_type: str) -> dict:
@@ -172,15 +173,6 @@ def _str_keys(d: dict) -> dict:
             for k, v in d.items()}
 
 
-def json_default(x):
-    """``json.dumps`` default for report data: NumPy scalars as numbers, tuples as lists, else text."""
-    if isinstance(x, (np.floating, np.integer)):
-        return x.item()
-    if isinstance(x, tuple):
-        return list(x)
-    return str(x)
-
-
 def _wall(timing: dict, summaries: list[dict]) -> str:
     sessions = timing.get("training_sessions") or []
     if sessions:
@@ -191,15 +183,6 @@ def _wall(timing: dict, summaries: list[dict]) -> str:
         how = f"training time not recorded here (sum over models: {busy / 60:.1f} process-minutes)"
     return (f"- wall time: {how}; evaluation and reports {timing['eval_wall_seconds'] / 60:.1f} min "
             f"(this invocation: {timing['total_wall_seconds'] / 60:.1f} min)")
-
-
-#: the line that ends the first screen of study.md (what ``hf-trajpe study`` prints last)
-DETAILS = "## Details"
-
-
-def first_screen(study_md: str) -> str:
-    """The first screen of a ``study.md``: its title and summary, up to the details."""
-    return study_md.split("\n" + DETAILS, 1)[0].rstrip() + "\n"
 
 
 def _control_md(control: dict[str, dict], diagnosis: dict) -> list[str]:

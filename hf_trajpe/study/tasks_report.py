@@ -18,8 +18,8 @@ from ..evaluation.answers import accuracy_intervals, paired_difference
 from ..evaluation.positions import positions_markdown
 from ..evaluation.report import legend
 from ..evaluation.verdicts import equivalent, plain_verdict, significance
-from .report import DETAILS, json_default
-from .task_config import TaskStudyConfig
+from .screen import DETAILS, json_default
+from .tasks_config import TaskStudyConfig
 
 __all__ = ["aggregate_task", "write_task_report"]
 

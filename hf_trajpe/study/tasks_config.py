@@ -1,5 +1,5 @@
-"""The task study's YAML (``configs/study/tasks.yaml``): a study config with a ``tasks:`` section, read by
-:func:`~hf_trajpe.study.config.load_study_config` like the content study's and checked before anything
+"""The task study's YAML (``configs/study/tasks.yaml``, ``suite: tasks``), read by
+:func:`~hf_trajpe.study.registry.load_study_config` like the content study's and checked before anything
 trains, with the same parser, the same ``model``/``encodings``/``train`` sections and the same
 experiment config per run (:func:`~hf_trajpe.study.config.experiment_config`, with a task's data section).
 
@@ -34,9 +34,11 @@ from .config import (
     experiment_config,
     patch_options,
 )
-from .task_train import LOSSES
 
-__all__ = ["TaskData", "TaskEval", "TaskStudyConfig", "patch_config", "task_experiment"]
+__all__ = ["LOSSES", "TaskData", "TaskEval", "TaskStudyConfig", "patch_config", "task_experiment"]
+
+#: which tokens of a training row carry the loss: the answer tokens, or every token
+LOSSES = ("answers", "all")
 
 
 @dataclass
@@ -217,7 +219,7 @@ def task_experiment(cfg: TaskStudyConfig, task: str, name: str, options: dict | 
                     output_dir: str | Path, block_size: int = 1) -> ExperimentConfig:
     """The experiment config of one task run: the content study's (model, optimizer, schedule, train) with
     the task's data section, for the record: the rows themselves come from the task
-    (:func:`~hf_trajpe.study.task_train.task_trainer`), ``block_size`` is their padded length."""
+    (:func:`~hf_trajpe.study.tasks.training_rows`), ``block_size`` is their padded length."""
     data = {"path": None, "content_types": [], "train": cfg.data.train, "validation": cfg.data.validation,
             "test": cfg.data.test, "seed": cfg.data.seed, "block_size": block_size, "order": "random"}
     return experiment_config(cfg, f"{task}_{name}", options, seed, output_dir, data=data)

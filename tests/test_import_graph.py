@@ -1,0 +1,106 @@
+"""No module of hf_trajpe imports one that imports it back, directly or through others.
+
+Every ``import`` and ``from ... import`` anywhere in a file is an edge (lazy imports inside functions and
+``TYPE_CHECKING`` blocks included): a cycle makes the import order decide what is defined, and a module that
+cannot be understood without the modules that need it. Relative imports are resolved; ``from pkg import name``
+where ``name`` is a submodule is an edge to that submodule; importing a package is an edge to its
+``__init__``.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def module_names(package_dir: Path) -> dict[str, Path]:
+    """``{dotted name: file}`` of every module of the package at ``package_dir`` (``__init__``: the package)."""
+    out = {}
+    for path in package_dir.rglob("*.py"):
+        parts = list(path.relative_to(package_dir.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    base = module.split(".")
+    base = base if is_package else base[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def import_graph(package_dir: Path) -> dict[str, set[str]]:
+    """``{module: modules of the package it imports}``."""
+    modules = module_names(package_dir)
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        edges = graph.setdefault(name, set())
+        is_package = path.name == "__init__.py"
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                target = _resolve(name, is_package, node)
+                targets = [target] + [f"{target}.{a.name}" for a in node.names if f"{target}.{a.name}" in modules]
+            else:
+                continue
+            for t in targets:
+                while t and t not in modules:  # `import a.b.c` of a name inside a.b: the module a.b
+                    t = t.rpartition(".")[0]
+                if t and t != name:
+                    edges.add(t)
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle as ``[a, b, ..., a]``, or None (depth-first search, in sorted order for a stable answer)."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (found := visit(start)):
+            return found
+    return None
+
+
+def test_hf_trajpe_has_no_import_cycle():
+    graph = import_graph(ROOT / "hf_trajpe")
+    assert len(graph) > 50 and "hf_trajpe.study.engine" in graph["hf_trajpe.study"]
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def _package(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root / "pkg"
+
+
+def test_the_detector_finds_cycles_through_lazy_relative_and_package_imports(tmp_path):
+    base = {"pkg/__init__.py": "", "pkg/sub/__init__.py": "from .b import B\n",
+            "pkg/a.py": "def f():\n    from .sub import b\n", "pkg/sub/b.py": "B = 1\n"}
+    assert find_cycle(import_graph(_package(tmp_path / "ok", base))) is None
+    graph = import_graph(_package(tmp_path / "lazy", base | {"pkg/sub/b.py": "def g():\n    from .. import a\n"}))
+    assert graph["pkg.a"] == {"pkg.sub", "pkg.sub.b"} and "pkg.a" in graph["pkg.sub.b"]
+    assert find_cycle(graph) == ["pkg.a", "pkg.sub", "pkg.sub.b", "pkg.a"]
+    typed = base | {"pkg/sub/b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pkg.a\n"}
+    assert find_cycle(import_graph(_package(tmp_path / "typed", typed))) == ["pkg.a", "pkg.sub", "pkg.sub.b", "pkg.a"]
