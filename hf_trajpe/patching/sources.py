@@ -55,6 +55,7 @@ class TrajectoryPositions:
                  use_cache: bool, embedding_weight) -> tuple[torch.Tensor, torch.Tensor | None, TrajectoryPast | None]:
         alpha = self._alpha(state, embeddings.shape[0], input_ids, memory)
         kwargs = state.trajectory_options()
+        extend = state.extension()
         if (
             self.displacement_cache is not None
             and memory is None
@@ -65,14 +66,14 @@ class TrajectoryPositions:
             version = embedding_version(embedding_weight) if embedding_weight is not None else None
             positions = self.displacement_cache.positions(input_ids, embeddings, mask, alpha, version=version,
                                                           **kwargs)
-            if cfg.extend is not None:
-                positions, _ = extend_positions(positions, mask, cfg.extend)
+            if extend is not None:
+                positions, _ = extend_positions(positions, mask, extend)
             return self._clamp(state, positions), None, None
         before = memory.trajectory if memory is not None else None
         positions, past = trajectory_positions(embeddings, mask, alpha, past=before, return_past=True, **kwargs)
-        if cfg.extend is not None:  # the running sum continues from the cache, like the trajectory itself
+        if extend is not None:  # the running sum continues from the cache, like the trajectory itself
             positions, past.extension_sum = extend_positions(
-                positions, mask, cfg.extend, before.num_real if before is not None else None,
+                positions, mask, extend, before.num_real if before is not None else None,
                 before.extension_sum if before is not None else None)
         return self._clamp(state, positions), past.num_real, past
 

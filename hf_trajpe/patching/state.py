@@ -122,6 +122,10 @@ class PatchState(nn.Module):
         cfg = self.plan.config
         return dict(beta=cfg.beta, max_positions=None, detach=cfg.detach, monitor=self.monitor)
 
+    def extension(self) -> float | None:
+        """The content-aware extension factor of trajectory positions (``extend``), or ``None``."""
+        return self.plan.config.extend
+
     def keeps_full_state(self) -> bool:
         """Whether decoding after a call needs the call's full trajectory state: a causal model."""
         return self.plan.causal

@@ -53,6 +53,9 @@ class PositionState(Protocol):
     def trajectory_options(self) -> dict:
         """Keyword arguments of :func:`hf_trajpe.encodings.trajectory.trajectory_positions` for this patch."""
 
+    def extension(self) -> float | None:
+        """The content-aware extension factor of trajectory positions (``extend``), or ``None``."""
+
     def keeps_full_state(self) -> bool:
         """Whether decoding after this call needs the full trajectory state (a causal model)."""
 
