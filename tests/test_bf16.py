@@ -21,7 +21,8 @@ from hf_trajpe.benchmarks.setup import ENCODINGS, SIZES, build_model, encodings_
 LENGTH = {"gpt2": 120, "llama": 320}  # GPT-2's tiny table has 128 rows; bf16 integers stop at 256
 
 
-def _bf16_error(model, ids, context) -> float:
+def bf16_error(model, ids, context) -> float:
+    """Relative (Frobenius) difference of the bf16 logits from the float32 logits of ``model`` in ``context``."""
     with context, torch.no_grad():
         model.float()
         full = model(input_ids=ids).logits.float()
@@ -39,17 +40,17 @@ QUICK = ("native", "alibi", "cope", "trajectory/rope", "trajectory/sinusoidal", 
 @pytest.mark.parametrize("family,every", [("gpt2", False), ("llama", False),
                                           pytest.param("gpt2", True, marks=pytest.mark.slow),
                                           pytest.param("llama", True, marks=pytest.mark.slow)])
-def test_bf16_forward_stays_within_the_models_own_bf16_error(family, every):
+def test_bf16_forward_stays_within_the_models_ownbf16_error(family, every):
     model = build_model(family, SIZES["tiny"])
     ids = torch.randint(3, 120, (1, LENGTH[family]), generator=torch.Generator().manual_seed(0))
-    stock = _bf16_error(model, ids, contextlib.nullcontext())
+    stock = bf16_error(model, ids, contextlib.nullcontext())
     assert 0.001 < stock < 0.02, f"the stock model's bf16 error {stock:.4f} is not what bf16 gives: check the test"
     worst = {}
     for label in encodings_for(family):
         if (family == "gpt2" and label == "trajectory/learned") or (not every and label not in QUICK):
             continue  # (trajectory positions past the learned table's 128 rows would clamp)
         encoding, options = ENCODINGS[label]
-        worst[label] = _bf16_error(model, ids, hf_trajpe.patch(model, encoding, **options))
+        worst[label] = bf16_error(model, ids, hf_trajpe.patch(model, encoding, **options))
     bad = {k: round(v, 4) for k, v in worst.items() if v > min(2 * stock, 0.02)}
     assert not bad, f"bf16 error above 2x the stock model's ({stock:.4f}): {bad}"
 

@@ -4,11 +4,15 @@ Skipped, with the reason, on a machine without CUDA; never part of ``make test``
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
 import hf_trajpe
 from hf_trajpe.benchmarks.setup import ENCODINGS, SIZES, build_model
+
+from .test_bf16 import bf16_error
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (make test-gpu on one)")]
@@ -45,21 +49,9 @@ def test_flex_score_mod_trains_like_sdpa_on_the_gpu(encoding, options):
 def test_bf16_on_the_gpu_stays_within_the_models_own_bf16_error(label):
     model = build_model("llama", SIZES["tiny"], device="cuda")
     ids = torch.randint(3, 120, (1, 320), device="cuda")
-
-    def error(context) -> float:
-        with context, torch.no_grad():
-            model.float()
-            full = model(input_ids=ids).logits.float()
-            model.to(torch.bfloat16)
-            half = model(input_ids=ids).logits.float()
-        model.float()
-        return float((half - full).norm() / full.norm())
-
-    import contextlib
-
-    stock = error(contextlib.nullcontext())
+    stock = bf16_error(model, ids, contextlib.nullcontext())
     encoding, options = ENCODINGS[label]
-    assert error(hf_trajpe.patch(model, encoding, **options)) <= min(2 * stock, 0.02)
+    assert bf16_error(model, ids, hf_trajpe.patch(model, encoding, **options)) <= min(2 * stock, 0.02)
 
 
 @pytest.mark.parametrize("tokens", [8192, 32768])

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 import transformers as T
+from patch_models import cached_logits
 
 import hf_trajpe
-from hf_trajpe.compat import cache_kwarg, output_cache
 
 ORIGINAL = 32  # the trained length of the tiny models
 LENGTH = 56  # past it
@@ -175,18 +175,6 @@ def test_trajectory_over_an_extension_reloads_with_hf_trajpe(tmp_path):
     assert torch.equal(logits(back, input_ids=ids, attention_mask=mask), got)
 
 
-def _cached(model, ids, mask, prefix: int = 20) -> torch.Tensor:
-    with torch.no_grad():
-        out = model(input_ids=ids[:, :prefix], attention_mask=mask[:, :prefix], use_cache=True)
-        steps, cache = [out.logits], output_cache(out)
-        for t in range(prefix, ids.shape[1]):
-            out = model(input_ids=ids[:, t:t + 1], attention_mask=mask[:, :t + 1], **{cache_kwarg(): cache},
-                        use_cache=True)
-            steps.append(out.logits)
-            cache = output_cache(out)
-    return torch.cat(steps, dim=1)
-
-
 @pytest.mark.parametrize("rope_type", ["linear", "yarn", "llama3", "ntk"])
 def test_cached_decoding_past_the_original_window_equals_recomputation(rope_type):
     given = cases("llama")[rope_type][0] if rope_type != "ntk" else {"rope_type": "ntk", "factor": 2.0}
@@ -194,7 +182,7 @@ def test_cached_decoding_past_the_original_window_equals_recomputation(rope_type
     ids, mask = ids_and_mask()
     with hf_trajpe.patch(model, "trajectory", base="rope", strength=0.2, rope_parameters=given):
         full = logits(model, input_ids=ids, attention_mask=mask)
-        torch.testing.assert_close(_cached(model, ids, mask), full, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(cached_logits(model, ids, mask, prefix=20), full, rtol=1e-5, atol=1e-5)
         gen = dict(max_new_tokens=6, do_sample=False, pad_token_id=0)
         prompt = ids[:1, :40]
         cached, fresh = model.generate(prompt, use_cache=True, **gen), model.generate(prompt, use_cache=False, **gen)
@@ -212,8 +200,8 @@ def test_length_dependent_types_decode_with_a_cache_as_transformers_does(rope_ty
     ids, mask = ids[:1], mask[:1]  # unpadded: stock transformers counts left padding as positions
     reference = build("llama", reference_params, reference_max, state=model.state_dict())
     with hf_trajpe.patch(model, "rope", rope_parameters=given):
-        cached = _cached(model, ids, mask)
-        assert torch.equal(cached, _cached(reference, ids, mask))
+        cached = cached_logits(model, ids, mask, prefix=20)
+        assert torch.equal(cached, cached_logits(reference, ids, mask, prefix=20))
         assert not torch.allclose(cached, logits(model, input_ids=ids, attention_mask=mask), atol=1e-4)
 
 
