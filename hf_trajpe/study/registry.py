@@ -10,12 +10,13 @@ from ..training.config import ConfigError
 from ..training.typed_config import from_dict
 from .config import read_study_data
 from .content import ContentSuite
+from .extension import ExtensionSuite
 from .suite import Suite
 from .tasks import TaskSuite
 
 __all__ = ["SUITES", "get_suite", "load_study_config", "suite_of"]
 
-SUITES: dict[str, Suite] = {s.name: s for s in (ContentSuite(), TaskSuite())}
+SUITES: dict[str, Suite] = {s.name: s for s in (ContentSuite(), TaskSuite(), ExtensionSuite())}
 
 
 def get_suite(name: str) -> Suite:

@@ -43,7 +43,8 @@ def check_run_folder(run: Run) -> None:
 
 def same_patch(saved: dict | None, options: dict | None) -> bool:
     """Whether a saved ``PatchConfig`` dict is what ``options`` ask for (``"embeddings"`` scales were
-    resolved to a number when patching, so any number matches them)."""
+    resolved to a number when patching, so any number matches them; ``rope_parameters`` were completed from
+    the model's config, so the saved dict matches when it holds every key given, with the same value)."""
     from ..patching import PatchConfig
 
     if saved is None or options is None:
@@ -53,6 +54,10 @@ def same_patch(saved: dict | None, options: dict | None) -> bool:
             else PatchConfig(**options)).to_dict()
     if want.get("sinusoid_scale") == "embeddings":
         want["sinusoid_scale"] = saved.get("sinusoid_scale")
+    wanted, resolved = want.get("rope_parameters"), saved.get("rope_parameters")
+    if isinstance(wanted, dict) and isinstance(resolved, dict) and all(
+            resolved.get(k) == v for k, v in wanted.items()):
+        want["rope_parameters"] = resolved  # patching filled in what the model's config gives (rope_theta, ...)
     drop = ("version",)
     return {k: v for k, v in want.items() if k not in drop} == {k: v for k, v in saved.items() if k not in drop}
 

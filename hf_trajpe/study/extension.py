@@ -1,0 +1,205 @@
+"""The extension study as a suite of the engine (:mod:`.engine`): how well each context-extension method
+(position interpolation, NTK, dynamic NTK, YaRN, content-aware trajectory positions, ...) reads text longer
+than a model's trained length ``T``, per content type.
+
+Three parts, each optional after the first:
+
+- ``pretrain``: small RoPE models (the ``model`` config, one per seed) trained at ``T`` on the seven content
+  types mixed; then each method reads ``factor`` x ``T`` tokens of every type zero-shot, for every factor.
+- ``finetune``: each pretrained model patched with a method at ``finetune.factor`` and trained a few steps at
+  that length (the protocol of the PI and YaRN papers), then read like the pretrained ones.
+- ``real``: a pretrained model (SmolLM2 by default) read past its trained length with each method: perplexity
+  by window and passkey retrieval (:mod:`hf_trajpe.evaluation.long_context`). No training.
+
+The report is :mod:`.extension_report`.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+import time
+from pathlib import Path
+
+from .config import experiment_config
+from .extension_config import ExtensionStudyConfig, method_options
+from .extension_eval import read_losses, test_blocks
+from .rows import ROWS, save_rows
+from .runs import Run, run_folder
+from .screen import first_screen
+from .suite import Part, Prepared
+
+__all__ = ["ExtensionSuite", "read_all"]
+
+PRETRAIN, FINETUNE, REAL = "pretrain", "finetune", "real"
+#: the name of the pretrained runs (the model as configured: RoPE)
+PRETRAINED = "rope"
+
+
+def read_all(models: dict[int, str], methods: dict[str, dict | None], factors: list[float], streams: dict,
+             trained: int, count: int, batch_size: int, progress: bool, label: str,
+             patch_at_read: bool = True) -> dict:
+    """``{method: {factor: {type: {"whole": [per seed [N]], "past": [...]}}}}``: every seed's model (``models``:
+    seed -> folder) read at ``factor`` x ``trained`` tokens of each type's test stream. ``patch_at_read``: patch
+    each method onto the loaded model at the read's factor (zero-shot); otherwise ``methods`` name the folders'
+    own fine-tuned models, read as saved."""
+    from tqdm.auto import tqdm
+
+    import hf_trajpe
+
+    from ..evaluation import load_model
+
+    blocks = {f: test_blocks(streams, int(round(f * trained)), count) for f in factors}
+    total = len(models) * len(methods) * sum(len(b) for b in blocks.values())
+    bar = tqdm(total=total, desc=f"{label}: reading", unit="type", disable=not progress, file=sys.stderr)
+    out: dict = {}
+    for _seed, folder in sorted(models.items()):
+        model = load_model(folder) if patch_at_read else None
+        for method, opts in methods.items():
+            if not patch_at_read:
+                model = load_model(folder[method])
+            for f in factors:
+                options = method_options(opts, f) if patch_at_read else None
+                handle = None
+                if options is not None:
+                    options = dict(options)
+                    handle = hf_trajpe.patch(model, options.pop("encoding"), **options)
+                try:
+                    for kind, b in blocks[f].items():
+                        scores = read_losses(model, b, trained, batch_size)
+                        cell = out.setdefault(method, {}).setdefault(f"{f:g}", {}).setdefault(
+                            kind, {"whole": [], "past": []})
+                        for key, value in scores.items():
+                            cell[key].append(value)
+                        bar.update(1)
+                finally:
+                    if handle is not None:
+                        handle.unpatch()
+            if not patch_at_read:
+                model = None
+                gc.collect()
+        model = None
+        gc.collect()
+    bar.close()
+    return out
+
+
+class ExtensionSuite:
+    name = "extension"
+    config = ExtensionStudyConfig
+
+    def parts(self, cfg: ExtensionStudyConfig, log) -> list[Part]:
+        parts = [Part(PRETRAIN, {"part": PRETRAIN}, "pretrain: ")]
+        if cfg.finetune is not None:
+            parts.append(Part(FINETUNE, {"part": FINETUNE}, "finetune: "))
+        if cfg.real is not None:
+            from ..loading import resolve_source
+
+            try:
+                resolve_source(cfg.real.model)
+            except (FileNotFoundError, ImportError, ValueError) as err:
+                log(f"skipping the real model: {str(err).splitlines()[0]}")
+            else:
+                parts.append(Part(REAL, {"part": REAL}, "real: "))
+        return parts
+
+    def prepare(self, cfg: ExtensionStudyConfig, part: Part, out: Path, log) -> Prepared:
+        if part.name == REAL:
+            return Prepared(out / ROWS, cfg.real.length)
+        from ..data import save_all
+        from ..training import RunData, build_run_data, load_run_tokenizer
+
+        data_dir = out / "data"
+        if not (data_dir / "manifest.json").exists():
+            import datasets
+
+            log(f"building the content-type datasets into {data_dir}")
+            quiet = datasets.utils.are_progress_bars_disabled()
+            datasets.disable_progress_bars()
+            try:
+                save_all(data_dir, sizes={"train": cfg.data.train, "validation": 0, "test": cfg.data.test},
+                         seed=cfg.data.seed, progress=False)
+            finally:
+                if not quiet:
+                    datasets.enable_progress_bars()
+        length = cfg.data.block_size if part.name == PRETRAIN else int(round(cfg.finetune.factor * cfg.data.block_size))
+        rows = out / (ROWS if part.name == PRETRAIN else f"train_rows_{length}.pt")
+        if not rows.exists():
+            exp = experiment_config(cfg, PRETRAINED, None, cfg.seeds[0], out)
+            exp.data.block_size = length
+            blocks = build_run_data(exp.data, load_run_tokenizer(exp.model), exp.model.task).train
+            save_rows(rows, RunData(blocks, {}, list(exp.data.content_types)))
+            log(f"{len(blocks)} training blocks of {length} tokens")
+        return Prepared(rows, length, {"data_dir": data_dir})
+
+    def plan(self, cfg: ExtensionStudyConfig, part: Part, out: Path) -> list[Run]:
+        if part.name == PRETRAIN:
+            return [Run(PRETRAINED, s, None, run_folder(out / "models" / PRETRAIN, PRETRAINED, s)) for s in cfg.seeds]
+        if part.name == FINETUNE:
+            ft = cfg.finetune
+            return [Run(m, s, method_options(cfg.methods[m], ft.factor), run_folder(out / "models" / FINETUNE, m, s))
+                    for m in ft.methods for s in cfg.seeds]
+        return []
+
+    def experiment(self, cfg: ExtensionStudyConfig, part: Part, prepared: Prepared, run: Run) -> dict:
+        work = run.folder.with_name(run.folder.name + ".tmp")
+        exp = experiment_config(cfg, run.name, run.options, run.seed, work).to_dict()
+        if part.name == FINETUNE:  # from the pretrained model of the same seed, at the longer length
+            ft = cfg.finetune
+            exp["model"] = {"path": str(cfg.pretrained_folder(run.seed)), "task": "clm", "tokenizer": cfg.tokenizer}
+            exp["data"]["block_size"] = prepared.length
+            exp["optimizer"]["lr"] = ft.lr
+            exp["schedule"]["warmup_steps"] = ft.warmup_steps
+            exp["train"].update(max_steps=ft.steps, batch_size=ft.batch_size)
+        return exp
+
+    def evaluate(self, cfg: ExtensionStudyConfig, part: Part, prepared: Prepared, runs: list[Run], progress: bool,
+                 log) -> dict:
+        started = time.process_time()
+        if part.name == REAL:
+            result = self._real(cfg, progress, log)
+        else:
+            from ..data import load_tokenizer
+            from ..data.registry import names
+            from ..evaluation import content_streams
+
+            streams = content_streams(sorted(names()), load_tokenizer(cfg.tokenizer), "clm",
+                                      data_dir=prepared.extra["data_dir"])
+            T, ev = cfg.data.block_size, cfg.eval
+            if part.name == PRETRAIN:
+                models = {r.seed: str(r.folder) for r in runs}
+                log(f"reading with {len(cfg.methods)} methods at {', '.join(f'{f:g}x' for f in ev.factors)} {T} tokens")
+                scores = read_all(models, cfg.methods, ev.factors, streams, T, ev.max_sequences, ev.batch_size,
+                                  progress, part.name)
+            else:
+                folders: dict[int, dict[str, str]] = {}
+                for r in runs:
+                    folders.setdefault(r.seed, {})[r.name] = str(r.folder)
+                methods = {m: cfg.methods[m] for m in cfg.finetune.methods}
+                log(f"reading the fine-tuned models at {', '.join(f'{f:g}x' for f in ev.factors)} {T} tokens")
+                scores = read_all(folders, methods, ev.factors, streams, T, ev.max_sequences, ev.batch_size,
+                                  progress, part.name, patch_at_read=False)
+            result = {"scores": scores}
+        result["eval_cpu_seconds"] = time.process_time() - started
+        return result
+
+    def _real(self, cfg: ExtensionStudyConfig, progress: bool, log) -> dict:
+        from ..evaluation.long_context_run import evaluate_long_context
+
+        r = cfg.real
+        names = cfg.real_methods()
+        patches = {m: method_options(cfg.methods[m], r.factor) for m in names}
+        log(f"reading {r.model} at {r.length} tokens with {len(names)} methods (factor {r.factor:g})")
+        return evaluate_long_context({m: r.model for m in names}, {m: p for m, p in patches.items() if p is not None},
+                                     tokenizer=r.tokenizer, length=r.length, kinds=r.kinds, documents=r.documents,
+                                     passkey_lengths=r.passkey_lengths, passkey_depths=r.passkey_depths,
+                                     n_resamples=r.n_resamples, progress=progress)
+
+    def report(self, cfg: ExtensionStudyConfig, results: dict, summaries: list[dict], timing: dict, versions: dict,
+               command: str | None) -> dict[str, Path]:
+        from .extension_report import write_extension_report
+
+        return write_extension_report(cfg, results, summaries, timing, versions, command)
+
+    def first_screen(self, paths: dict[str, Path]) -> str:
+        return first_screen(paths["study_md"].read_text())

