@@ -309,5 +309,5 @@ def test_the_suite_key_picks_the_suite_and_a_yaml_without_it_keeps_the_old_rule(
         assert type(cfg) is kind and suite_of(cfg) is SUITES[data.get("tasks") and "tasks" or "content"]
     data = yaml.safe_load(open(DEFAULT)) | {"suite": "context_extension"}
     with pytest.raises(ConfigError, match=r"suite: 'context_extension' is not one of the study suites \['content', "
-                                          r"'tasks'\]"):
+                                          r"'extension', 'tasks'\]"):
         load_study_config(_write(tmp_path, data))
