@@ -1,10 +1,12 @@
-"""``hf-trajpe study``: train small models per encoding from scratch, evaluate per content type, sweep
-the trajectory strength, write the report (see docs/study.md).
+"""``hf-trajpe study``: run a study YAML through the study engine: the content study (small models per
+encoding from scratch, per content type, the strength sweep), the task study (known answers), the extension
+study (context-extension methods past the trained length); see docs/study.md.
 
     hf-trajpe study --config configs/study/default.yaml            # about an hour on 2 CPU cores
     hf-trajpe study --config configs/study/default.yaml --quick    # the same pipeline in a few minutes
     hf-trajpe study --config configs/study/default.yaml train.steps=300 report_dir=outputs/s300
     hf-trajpe study --quick --config configs/study/tasks.yaml --config configs/study/default.yaml   # make run
+    hf-trajpe study --config configs/study/extension.yaml --quick   # context extension, in under a minute
 
 Several ``--config`` run one after the other and end with every study's first screen, in that order.
 """
