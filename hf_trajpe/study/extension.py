@@ -16,16 +16,20 @@ The report is :mod:`.extension_report`.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
+import json
 import sys
 import time
 from pathlib import Path
+
+import torch
 
 from .config import experiment_config
 from .extension_config import ExtensionStudyConfig, method_options
 from .extension_eval import read_losses, test_blocks
 from .rows import ROWS, save_rows
-from .runs import Run, run_folder
+from .runs import SUMMARY, Run, run_folder
 from .screen import first_screen
 from .suite import Part, Prepared
 
@@ -36,48 +40,62 @@ PRETRAIN, FINETUNE, REAL = "pretrain", "finetune", "real"
 PRETRAINED = "rope"
 
 
-def read_all(models: dict[int, str], methods: dict[str, dict | None], factors: list[float], streams: dict,
-             trained: int, count: int, batch_size: int, progress: bool, label: str,
-             patch_at_read: bool = True) -> dict:
-    """``{method: {factor: {type: {"whole": [per seed [N]], "past": [...]}}}}``: every seed's model (``models``:
-    seed -> folder) read at ``factor`` x ``trained`` tokens of each type's test stream. ``patch_at_read``: patch
-    each method onto the loaded model at the read's factor (zero-shot); otherwise ``methods`` name the folders'
-    own fine-tuned models, read as saved."""
+def _read_key(folder: str, options: dict | None, factor: float, count: int) -> str:
+    """What decides a read: the model (its folder and when it was trained), the method's options, the length
+    and the number of sequences (the test data is the study's, fixed by its fingerprint)."""
+    stamp = (Path(folder) / SUMMARY).stat().st_mtime_ns
+    return json.dumps([str(folder), stamp, options, float(factor), count], sort_keys=True)
+
+
+def read_all(models: dict[int, str | dict[str, str]], methods: dict[str, dict | None], factors: list[float],
+             streams: dict, trained: int, count: int, batch_size: int, progress: bool, label: str,
+             patch_at_read: bool = True, cache: Path | None = None) -> dict:
+    """``{method: {factor: {type: {"whole": [per seed [N]], "past": [...]}}}}``: every seed's model read at
+    ``factor`` x ``trained`` tokens of each type's test stream. ``patch_at_read``: ``models`` are seed -> folder,
+    and each method is patched onto the loaded model at the read's factor (zero-shot); otherwise ``models`` are
+    seed -> {method: folder} of fine-tuned models, read as saved. ``cache``: a file of finished reads, reused
+    and extended (a study run again re-reads nothing that has not changed)."""
     from tqdm.auto import tqdm
 
     import hf_trajpe
 
     from ..evaluation import load_model
 
+    done = torch.load(cache, weights_only=False) if cache is not None and cache.exists() else {}
     blocks = {f: test_blocks(streams, int(round(f * trained)), count) for f in factors}
-    total = len(models) * len(methods) * sum(len(b) for b in blocks.values())
-    bar = tqdm(total=total, desc=f"{label}: reading", unit="type", disable=not progress, file=sys.stderr)
+    bar = tqdm(total=len(models) * len(methods) * len(factors), desc=f"{label}: reading", unit="read",
+               disable=not progress, file=sys.stderr)
     out: dict = {}
-    for _seed, folder in sorted(models.items()):
-        model = load_model(folder) if patch_at_read else None
+    for _seed, folders in sorted(models.items()):
+        model = None
         for method, opts in methods.items():
-            if not patch_at_read:
-                model = load_model(folder[method])
+            folder = folders if patch_at_read else folders[method]
             for f in factors:
                 options = method_options(opts, f) if patch_at_read else None
-                handle = None
-                if options is not None:
-                    options = dict(options)
-                    handle = hf_trajpe.patch(model, options.pop("encoding"), **options)
-                try:
-                    for kind, b in blocks[f].items():
-                        scores = read_losses(model, b, trained, batch_size)
-                        cell = out.setdefault(method, {}).setdefault(f"{f:g}", {}).setdefault(
-                            kind, {"whole": [], "past": []})
-                        for key, value in scores.items():
-                            cell[key].append(value)
-                        bar.update(1)
-                finally:
-                    if handle is not None:
-                        handle.unpatch()
+                key = _read_key(folder, options, f, count)
+                if key not in done:
+                    if model is None or not patch_at_read:
+                        model = load_model(folder)
+                    handle = None
+                    if options is not None:
+                        options = dict(options)
+                        handle = hf_trajpe.patch(model, options.pop("encoding"), **options)
+                    try:
+                        done[key] = {kind: read_losses(model, b, trained, batch_size) for kind, b in blocks[f].items()}
+                    finally:
+                        if handle is not None:
+                            handle.unpatch()
+                for kind, scores in done[key].items():
+                    cell = out.setdefault(method, {}).setdefault(f"{f:g}", {}).setdefault(
+                        kind, {"whole": [], "past": []})
+                    for name, value in scores.items():
+                        cell[name].append(value)
+                bar.update(1)
             if not patch_at_read:
                 model = None
                 gc.collect()
+        if cache is not None:
+            torch.save(done, cache)
         model = None
         gc.collect()
     bar.close()
@@ -170,7 +188,7 @@ class ExtensionSuite:
                 models = {r.seed: str(r.folder) for r in runs}
                 log(f"reading with {len(cfg.methods)} methods at {', '.join(f'{f:g}x' for f in ev.factors)} {T} tokens")
                 scores = read_all(models, cfg.methods, ev.factors, streams, T, ev.max_sequences, ev.batch_size,
-                                  progress, part.name)
+                                  progress, part.name, cache=Path(cfg.output_dir) / "reads_pretrain.pt")
             else:
                 folders: dict[int, dict[str, str]] = {}
                 for r in runs:
@@ -178,7 +196,8 @@ class ExtensionSuite:
                 methods = {m: cfg.methods[m] for m in cfg.finetune.methods}
                 log(f"reading the fine-tuned models at {', '.join(f'{f:g}x' for f in ev.factors)} {T} tokens")
                 scores = read_all(folders, methods, ev.factors, streams, T, ev.max_sequences, ev.batch_size,
-                                  progress, part.name, patch_at_read=False)
+                                  progress, part.name, patch_at_read=False,
+                                  cache=Path(cfg.output_dir) / "reads_finetune.pt")
             result = {"scores": scores}
         result["eval_cpu_seconds"] = time.process_time() - started
         return result
@@ -189,11 +208,20 @@ class ExtensionSuite:
         r = cfg.real
         names = cfg.real_methods()
         patches = {m: method_options(cfg.methods[m], r.factor) for m in names}
+        cache = Path(cfg.output_dir) / "real.json"
+        key = json.dumps({"real": dataclasses.asdict(r), "patches": patches}, sort_keys=True)
+        if cache.exists():
+            saved = json.loads(cache.read_text())
+            if saved.get("key") == key:
+                log(f"reusing the real model's reads from {cache}")
+                return saved["result"]
         log(f"reading {r.model} at {r.length} tokens with {len(names)} methods (factor {r.factor:g})")
-        return evaluate_long_context({m: r.model for m in names}, {m: p for m, p in patches.items() if p is not None},
-                                     tokenizer=r.tokenizer, length=r.length, kinds=r.kinds, documents=r.documents,
-                                     passkey_lengths=r.passkey_lengths, passkey_depths=r.passkey_depths,
-                                     n_resamples=r.n_resamples, progress=progress)
+        result = evaluate_long_context({m: r.model for m in names}, {m: p for m, p in patches.items() if p is not None},
+                                       tokenizer=r.tokenizer, length=r.length, kinds=r.kinds, documents=r.documents,
+                                       passkey_lengths=r.passkey_lengths, passkey_depths=r.passkey_depths,
+                                       n_resamples=r.n_resamples, progress=progress)
+        cache.write_text(json.dumps({"key": key, "result": result}, default=str) + "\n")
+        return result
 
     def report(self, cfg: ExtensionStudyConfig, results: dict, summaries: list[dict], timing: dict, versions: dict,
                command: str | None) -> dict[str, Path]:

@@ -91,6 +91,8 @@ class ExtensionStudyConfig:
     #: [model, reference] method pairs compared besides every method against ``reference``
     comparisons: list[list[str]] = field(default_factory=list)
     equivalence_margin: float = 5.0  # percent of perplexity
+    #: across the comparisons of one table: "bh" (Benjamini-Hochberg, false discovery rate) or "holm"
+    correction: str = "bh"
     #: orderings the literature reports, checked against the comparisons: {claim, model, reference, part}
     #: (``part``: pretrain for zero-shot, finetune after fine-tuning; the claim is "model reads better")
     published: list[dict] = field(default_factory=list)
@@ -116,6 +118,10 @@ class ExtensionStudyConfig:
                                   f"part: pretrain|finetune}} with methods of {list(self.methods)}; got {claim!r}")
         check_training_sections(self)
         check_margin(self.equivalence_margin)
+        from .extension_eval import CORRECTIONS
+
+        if self.correction not in CORRECTIONS:
+            raise ConfigError(f"correction must be one of {sorted(CORRECTIONS)}, got {self.correction!r}")
         positions = self.model.get("max_position_embeddings")
         if positions != self.data.block_size:
             raise ConfigError(f"model.max_position_embeddings ({positions}) must equal data.block_size "

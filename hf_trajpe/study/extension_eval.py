@@ -20,11 +20,13 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from ..evaluation.seed_inference import holm, seed_interval
+from ..evaluation.seed_inference import benjamini_hochberg, holm, seed_interval
 from ..evaluation.verdicts import plain_verdict
 
-__all__ = ["SCORES", "read_losses", "test_blocks", "perplexity", "compare", "adjust", "percent"]
+__all__ = ["CORRECTIONS", "SCORES", "read_losses", "test_blocks", "perplexity", "compare", "adjust", "percent"]
 
+#: corrections for many comparisons: Holm's (family-wise error) or Benjamini-Hochberg's (false discovery rate)
+CORRECTIONS = {"holm": (holm, "Holm"), "bh": (benjamini_hochberg, "Benjamini-Hochberg")}
 #: the two scores of a read (module docstring)
 SCORES = ("whole", "past")
 
@@ -87,15 +89,17 @@ def compare(model: Sequence[np.ndarray], reference: Sequence[np.ndarray], margin
             "per_seed": [percent(d) for d in per_seed], "method": iv["method"], "margin": margin}
 
 
-def adjust(comparisons: list[dict], level: float = 0.95) -> None:
-    """Holm's adjustment across ``comparisons`` (the ones one table shows), then each one's verdict: a
-    difference counts only when its adjusted p-value is below ``1 - level`` (the interval shown is the
-    unadjusted one; a significant-looking interval whose adjusted p-value is not small says so)."""
-    adjusted = holm([c["p_value"] for c in comparisons]) if comparisons else []
+def adjust(comparisons: list[dict], level: float = 0.95, correction: str = "holm") -> None:
+    """Adjust the p-values of ``comparisons`` (the ones one table shows) together (``correction``: a key of
+    :data:`CORRECTIONS`), then give each its verdict: a difference counts only when its adjusted p-value is
+    below ``1 - level`` (the interval shown is the unadjusted one; a significant-looking interval whose
+    adjusted p-value is not small says so)."""
+    fn, name = CORRECTIONS[correction]
+    adjusted = fn([c["p_value"] for c in comparisons]) if comparisons else []
     for c, p in zip(comparisons, adjusted, strict=True):
-        c["p_holm"] = p
+        c["p_adjusted"], c["correction"] = p, name
         verdict = plain_verdict(c["ci"], c["ci_equivalence"], c["margin"])
         if p >= 1.0 - level and verdict.startswith(("better", "worse")):
             eq = verdict.split("yet ", 1)[1] if "yet " in verdict else f"not shown equivalent within ±{c['margin']:g}%"
-            verdict = f"no significant difference after Holm (p = {p:.2g}); {eq}"
+            verdict = f"no significant difference after {name} (p = {p:.2g}); {eq}"
         c["verdict"] = verdict

@@ -2,7 +2,8 @@
 ``report_dir``, and the real model's long-context report (``real/long_context.md``, ``.json``) beside them.
 
 Tables: perplexity of each method (mean over seeds, 95% interval over seeds and sequences), and the paired
-comparisons (:mod:`.extension_eval`) with Holm's adjustment across the comparisons of one table. The
+comparisons (:mod:`.extension_eval`) with the config's correction (Benjamini-Hochberg by default, or Holm)
+across the comparisons of one table. The
 orderings the literature reports (``published`` in the config) are read off the comparisons: reproduced
 (significant in the stated direction after adjustment), contradicted (significant the other way), or not
 resolved.
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .extension_eval import SCORES, adjust, compare, perplexity
+from .extension_eval import CORRECTIONS, SCORES, adjust, compare, perplexity
 from .screen import DETAILS, json_default
 
 __all__ = ["write_extension_report", "comparisons_of", "pooled"]
@@ -36,7 +37,7 @@ def _cells(scores: dict) -> dict:
 
 
 def comparisons_of(cfg, scores: dict, pairs: list[tuple[str, str]], kind: str = ALL, key: str = "whole") -> list[dict]:
-    """Every pair at every factor on ``kind``, Holm-adjusted together."""
+    """Every pair at every factor on ``kind``, their p-values adjusted together (``cfg.correction``)."""
     cells = _cells(scores)
     out = []
     for model, ref in pairs:
@@ -45,7 +46,7 @@ def comparisons_of(cfg, scores: dict, pairs: list[tuple[str, str]], kind: str = 
         for f in cells[model]:
             c = compare(cells[model][f][kind][key], cells[ref][f][kind][key], cfg.equivalence_margin, cfg.eval.level)
             out.append({"model": model, "reference": ref, "factor": f, "kind": kind, "score": key, **c})
-    adjust(out, cfg.eval.level)
+    adjust(out, cfg.eval.level, cfg.correction)
     return out
 
 
@@ -158,7 +159,8 @@ def write_extension_report(cfg, results: dict, summaries: list[dict], timing: di
           f"{', '.join(f'{f:g}x' for f in cfg.eval.factors)} T with each method. Perplexity of every token of "
           f"{cfg.eval.max_sequences} test sequences per type, mean over seeds [95% interval: Student's t over seeds "
           "plus the sequences' standard error]. Comparisons: percent change of perplexity (positive: lower than the "
-          f"reference), ▲/▼ significant after Holm's adjustment across the table, = equivalent within "
+          f"reference), ▲/▼ significant after {CORRECTIONS[cfg.correction][1]}'s adjustment across the comparisons "
+          f"of the table, = equivalent within "
           f"±{cfg.equivalence_margin:g}% (two one-sided tests), ? neither.\n"]
     for part, title in (("pretrain", "Zero-shot"), ("finetune", "After fine-tuning")):
         if part not in results:

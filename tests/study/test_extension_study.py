@@ -37,7 +37,7 @@ def test_methods_take_the_factor_of_each_reading():
 
 def test_extension_config_is_checked():
     cfg = load_study_config(EXTENSION)
-    assert isinstance(cfg, ExtensionStudyConfig) and cfg.reference == "stock" and len(cfg.seeds) == 3
+    assert isinstance(cfg, ExtensionStudyConfig) and cfg.reference == "stock" and len(cfg.seeds) == 5
     assert cfg.model["max_position_embeddings"] == cfg.data.block_size and cfg.real is not None
     quick = load_study_config(EXTENSION, quick=True)
     assert quick.real is None and quick.output_dir != cfg.output_dir
@@ -75,7 +75,7 @@ def test_holm_takes_away_a_difference_that_one_comparison_alone_would_have():
     adjust([alone])
     assert alone["verdict"] == "better"
     adjust([clear, *marginal])  # Holm: the two marginal p-values are the 2nd and 3rd smallest of 3: times 2
-    assert clear["verdict"] == "better" and marginal[0]["p_holm"] == pytest.approx(2 * p)
+    assert clear["verdict"] == "better" and marginal[0]["p_adjusted"] == pytest.approx(2 * p)
     assert all(m["verdict"].startswith("no significant difference after Holm") for m in marginal)
 
 
@@ -127,3 +127,5 @@ def test_tiny_extension_study_end_to_end_and_resume(tmp_path, capsys):
     run_study(cfg, progress=False, log=logs.append, summary=False)
     assert sum("reusing 2 trained models" in m for m in logs) == 1, logs
     assert any("reusing 4 trained models" in m for m in logs) and not any("training" in m for m in logs), logs
+    assert any("reusing the real model's reads" in m for m in logs), logs  # nothing read again either
+    assert (tmp_path / "runs" / "reads_pretrain.pt").is_file()
