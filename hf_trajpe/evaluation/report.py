@@ -19,8 +19,8 @@ from pathlib import Path
 from .claims import HARNESS_PROBLEM
 from .positions import positions_markdown
 
-__all__ = ["cell", "harness_banner", "legend", "mark", "markdown_report", "p_text", "plot_delta_per_type", "plot_ppl_vs_length",
-           "write_report"]
+__all__ = ["cell", "harness_banner", "legend", "mark", "markdown_report", "p_text", "plot_delta_per_type",
+           "plot_ppl_vs_length", "write_report"]
 
 
 def _fmt(x, digits: int = 2) -> str:
@@ -59,9 +59,9 @@ def legend(margin: float, unit: str = "%", family: int | None = None) -> str:
                 f"±{margin:g}{unit} (two one-sided tests at 5%: the 90% interval lies inside ±{margin:g}{unit}); "
                 "? no significant difference and not shown equivalent (the data cannot tell)")
     return (f"▲ significantly better, ▼ significantly worse, = equivalent within ±{margin:g}{unit} (two one-sided "
-            f"tests), each at 5% after Holm's adjustment across the {family} comparisons of this report (p-values "
-            "from Student's t over seeds plus the spread over test examples); ? none of these (the data cannot "
-            "tell). The intervals are per comparison: one can exclude 0 without ▲/▼")
+            f"tests), each at 5% after Holm's adjustment across the {family} comparison{'s' if family != 1 else ''} "
+            "of this report; ? none of these (the data cannot tell). The intervals are per comparison: one can "
+            "exclude 0 without ▲/▼")
 
 
 def harness_banner(problems: list[tuple], control: dict | None) -> list[str]:
@@ -200,7 +200,8 @@ def _family_words(meta: dict) -> str:
     n = meta.get("family_size")
     if n is None:
         return f"from the {meta['level']:.0%} interval of each comparison alone (lo > 0: better; hi < 0: worse)"
-    return (f"p-values of Student's t, adjusted by Holm's method across the {n} comparisons of this report; "
+    return (f"p-values of Student's t, adjusted by Holm's method across the {n} comparison{'s' if n != 1 else ''} "
+            "of this report; "
             f"better/worse when the adjusted p < {1 - meta['level']:.2g} (the intervals shown are per comparison, "
             "so one can exclude 0 without a verdict)")
 

@@ -20,6 +20,8 @@ class Run:
     seed: int
     options: dict | None  # hf_trajpe.patch options; None: the stock model
     folder: Path
+    rows: Path | None = None  # its own training rows, where a suite draws data per seed (else the part's)
+    steps: int | None = None  # its own step budget, where a suite trains several (else the config's train.steps)
 
     @property
     def done(self) -> bool:

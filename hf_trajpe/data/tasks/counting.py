@@ -105,8 +105,9 @@ def make_splits(sizes, seed, variables, min_steps, max_steps, ood_min_steps, ood
                 ood_min_value, train_seed=None):
     ood_lo = max_steps + 1 if ood_min_steps is None else ood_min_steps
     ood_hi = 2 * max_steps if ood_max_steps is None else ood_max_steps
-    if not 1 <= ood_min_value <= MAX_VALUE:
-        raise ValueError(f"counting: ood_min_value must be from 1 to {MAX_VALUE}, got {ood_min_value}")
+    if not 1 <= ood_min_value <= min(MAX_VALUE, max_steps - 1):
+        raise ValueError(f"counting: ood_min_value must be from 1 to {min(MAX_VALUE, max_steps - 1)} (a count of n "
+                         f"takes a SET and n increments, so at most max_steps - 1), got {ood_min_value}")
     gen = partial(generate, variables=variables, pass_weight=pass_weight)
     in_distribution = partial(gen, min_steps=min_steps, max_steps=max_steps)
     return task_splits("counting", {

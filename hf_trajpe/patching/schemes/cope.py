@@ -55,9 +55,9 @@ class Cope(Scheme):
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_NPOS:
                 raise ValueError(f"npos_max (cope) must be an integer from 1 to {MAX_NPOS:,}, got {value!r}")
         if name == "position_logit_scale" and value not in POSITION_LOGIT_SCALES:
-            raise ValueError(f"position_logit_scale (cope) must be one of {', '.join(map(repr, POSITION_LOGIT_SCALES))} "
-                             f"(the paper's listing, or the reference repository's division by sqrt(head width)); "
-                             f"got {value!r}")
+            names = ", ".join(map(repr, POSITION_LOGIT_SCALES))
+            raise ValueError(f"position_logit_scale (cope) must be one of {names} (the paper's listing, or the "
+                             f"reference repository's division by sqrt(head width)); got {value!r}")
         return value
 
     @classmethod
