@@ -136,7 +136,7 @@ def accuracy_intervals(values, n_resamples: int = 2000, level: float = 0.95, see
     seeds of the (weighted) mean over examples (``mean``), its intervals over examples (``ci_examples``,
     percentile bootstrap), over seeds (``ci_seeds``: the percentile bootstrap of the seeds, kept for
     comparison; None with one seed) and the one the reports use (``ci``: Student's t over seeds plus the
-    example spread, :mod:`.seed_inference`; ``method`` says which), and the per-seed means."""
+    example spread, :mod:`.seed_inference`, cut to [0, 1]; ``method`` says which), and the per-seed means."""
     v = np.atleast_2d(np.asarray(values, dtype=np.float64))
     s, n = v.shape
     ex_w = _weights(weights, n)
@@ -151,8 +151,14 @@ def accuracy_intervals(values, n_resamples: int = 2000, level: float = 0.95, see
     out["ci_seeds"] = (percentile_interval(_rates(v, np.repeat(ones, n_resamples, 0), picks), level)
                        if s > 1 else None)
     inference = seed_interval(out["mean"], per_seed, float(by_examples.std(ddof=1)), level)
-    out["ci"], out["method"] = inference["ci"], inference["method"]
+    out["ci"], out["method"] = _clip(inference["ci"], 0.0), inference["method"]
     return out
+
+
+def _clip(ci: tuple[float, float], low: float) -> tuple[float, float]:
+    """A t interval cut to the values the quantity can take (an accuracy in [0, 1], a difference of two in
+    [-1, 1]): with two or three seeds it can reach past them, and the true value never lies there."""
+    return max(low, ci[0]), min(1.0, ci[1])
 
 
 def paired_difference(base, other, n_resamples: int = 2000, level: float = 0.95, seed: int = 0,
@@ -161,7 +167,7 @@ def paired_difference(base, other, n_resamples: int = 2000, level: float = 0.95,
     averaged over its own seeds; ``weights`` as in :func:`accuracy_intervals`), with intervals: ``ci`` from
     Student's t over seeds (paired seed by seed when both have as many seeds: seed ``k`` of every model starts
     from the same weights and data) plus the spread over examples (paired: the same examples for both),
-    :mod:`.seed_inference`; ``p_value`` its two-sided p-value, ``se`` and ``df`` (for corrections across
+    :mod:`.seed_inference`, cut to [-1, 1]; ``p_value`` its two-sided p-value, ``se`` and ``df`` (for corrections across
     comparisons and equivalence tests, :func:`~hf_trajpe.evaluation.verdicts.judge_family`); ``ci_examples``
     examples only; ``ci_equivalence``: the ``2 level - 1`` interval; ``degenerate`` (``both at floor``/``both at
     ceiling``) when neither model varies, where no verdict can be drawn."""
@@ -182,8 +188,8 @@ def paired_difference(base, other, n_resamples: int = 2000, level: float = 0.95,
         inference = seed_interval(difference, per_o - per_b, example_sd, level)
     else:
         inference = seed_interval(difference, per_o, example_sd, level, per_seed_other=per_b)
-    out.update(ci=inference["ci"], ci_equivalence=inference["ci_equivalence"], p_value=inference["p_value"],
-               se=inference["se"], df=inference["df"], method=inference["method"])
+    out.update(ci=_clip(inference["ci"], -1.0), ci_equivalence=_clip(inference["ci_equivalence"], -1.0),
+               p_value=inference["p_value"], se=inference["se"], df=inference["df"], method=inference["method"])
     for value, label in ((0.0, "both at floor"), (1.0, "both at ceiling")):
         if bool((b == value).all() and (o == value).all()):
             out["degenerate"] = label  # no comparison can be made: neither model varies

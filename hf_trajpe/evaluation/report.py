@@ -49,7 +49,7 @@ def p_text(p: float | None) -> str:
     """A p-value as a report prints it: ``<1e-4`` below that, ``-`` where there is none."""
     if p is None:
         return "-"
-    return "<1e-4" if p < 1e-4 else f"{p:.4f}" if p < 0.01 else f"{p:.3f}"
+    return "<1e-4" if p < 1e-4 else f"{p:.3g}"
 
 
 def legend(margin: float, unit: str = "%", family: int | None = None) -> str:

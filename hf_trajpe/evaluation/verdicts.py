@@ -80,7 +80,7 @@ def plain_verdict(ci: tuple[float, float], ci_equivalence: tuple[float, float], 
 def family_method(n: int, level: float = 0.95) -> str:
     """The sentence a report states about its verdicts."""
     alpha = 1.0 - level
-    return (f"verdicts from p-values (Student's t over seeds, paired by seed, plus the spread over test "
+    return (f"p-values (Student's t over seeds, paired by seed, plus the spread over test "
             f"examples) adjusted by Holm's method across the {n} comparison{'s' if n != 1 else ''} of this report: "
             "better/worse when "
             f"the adjusted p < {alpha:g}, equivalent when the adjusted two-one-sided-tests p < {alpha:g}; the "

@@ -181,7 +181,7 @@ def _data_words(cfg: TaskStudyConfig) -> str:
 def _budget_words(cfg: TaskStudyConfig, task: str, result: dict) -> str:
     budget = result.get("budget")
     if not budget:
-        return f"{result['steps']} steps for every encoding (the config's, not chosen on validation)"
+        return f"{result['steps']} steps for every encoding (the config's train.steps, not chosen on validation)"
     per = "; ".join(f"{c} steps: {100 * v['exact_match']:.1f}%" for c, v in budget["validation"].items())
     return (f"{budget['chosen']} steps for every encoding, chosen on the validation split from {budget['candidates']} "
             f"({budget['rule']}; validation exact match {per})")
@@ -242,8 +242,8 @@ def _summary(cfg: TaskStudyConfig, aggregated: dict, results: dict, family: int)
     for task, agg in aggregated.items():
         splits = list(next(iter(agg.values())))
         sized = cfg.for_task(task)
-        lines += [f"**{task}** (budget {_budget_words(sized, task, results[task])}; batches of "
-                  f"{sized.train.batch_size}, loss on {_loss(sized)})", ""]
+        lines += [f"**{task}**: {_budget_words(sized, task, results[task])}; batches of {sized.train.batch_size}, "
+                  f"loss on {_loss(sized)}", ""]
         lines += _table(["encoding", *splits], _cells(agg, splits, _diff))
         lines += _comparison_lines(cfg, task, agg, splits)
     return lines

@@ -86,12 +86,13 @@ def test_three_seeds_of_a_hand_made_data_set_give_the_t_interval_computed_by_han
     other = np.array([[1, 1, 1, 1], [1, 1, 1, 0], [0, 0, 0, 1]], dtype=float)
     d = paired_difference(base, other, n_resamples=300)
     assert d["difference"] == pytest.approx(2 / 3) and d["ci_examples"] == pytest.approx((2 / 3, 2 / 3))
-    assert d["ci"] == pytest.approx((2 / 3 - 0.948646, 2 / 3 + 0.948646), abs=1e-5)
-    assert d["ci_equivalence"] == pytest.approx((2 / 3 - 0.643796, 2 / 3 + 0.643796), abs=1e-5)
+    # [2/3 - 0.948646, 2/3 + 0.948646] and [2/3 - 0.643796, 2/3 + 0.643796], cut at +1: no difference exceeds it
+    assert d["ci"] == pytest.approx((2 / 3 - 0.948646, 1.0), abs=1e-5)
+    assert d["ci_equivalence"] == pytest.approx((2 / 3 - 0.643796, 1.0), abs=1e-5)
     assert d["p_value"] == pytest.approx(0.0941784, abs=1e-6) and d["se"] == pytest.approx(0.2204793, abs=1e-6)
     assert significance(tuple(100 * x for x in d["ci"])) == "no significant difference"
     acc = accuracy_intervals(other, n_resamples=300)
-    assert acc["ci_seeds"] == (0.25, 1.0) and acc["ci"] == pytest.approx(d["ci"], abs=1e-9)
+    assert acc["ci_seeds"] == (0.25, 1.0) and acc["ci"] == (0.0, 1.0)  # the same t interval, cut to [0, 1]
     # one seed: no seed part; the normal interval of the example bootstrap, none here (all four examples alike)
     same = paired_difference(base[:1], other[:1], n_resamples=100)
     assert same["ci"] == (1.0, 1.0) and same["p_value"] == 0.0
@@ -155,3 +156,13 @@ def test_both_at_floor_is_no_test_and_leaves_the_family():
     assert family[0]["verdict"] == "both at floor: no comparison (neither model varies)"
     assert family[0]["p_holm"] is None and not family[0]["equivalent"]
     assert family[1]["p_holm"] == pytest.approx(0.02) and family[1]["significance"] == "better"
+
+
+def test_an_interval_of_accuracies_stays_inside_what_accuracies_can_be():
+    """Two seeds at 0% and 100%: t on one degree of freedom reaches far past both ends; the reported interval
+    stops at 0 and 1 (differences at -1 and +1), the p-value is untouched."""
+    split = np.stack([np.zeros(20), np.ones(20)])
+    acc = accuracy_intervals(split, n_resamples=100)
+    assert acc["ci"] == (0.0, 1.0)
+    d = paired_difference(np.zeros((2, 20)), split[::-1], n_resamples=100)
+    assert d["ci"] == (-1.0, 1.0) and 0.4 < d["p_value"] < 1.0

@@ -1,6 +1,8 @@
-"""The task study: its config (a study config with a ``tasks:`` section, optional encodings), the
-answer-loss flags of its training rows, and a minuscule study that trains, scores, reports, records a
-length the model cannot run, and is resumed without training again."""
+"""The task study: its config (a study config with a ``tasks:`` section, optional encodings, one step budget per
+task), the answer-loss flags of its training rows, training data per model seed, the budget chosen on
+validation, a report whose verdicts are Holm-adjusted, and a minuscule study that trains, scores (numbers checked
+against the saved models scored again), reports, records a length the model cannot run, and is resumed without
+training again."""
 
 from __future__ import annotations
 
@@ -164,8 +166,8 @@ def test_task_study_trains_each_task_its_own_encodings_and_steps_and_compares_pa
     assert pair["difference"] == pytest.approx(cell["exact_match"]["mean"] - alibi), "traj - alibi, not the baseline"
     assert "vs" not in study["tasks"]["selective_copy"]["results"]["alibi"]["test"]
     md = paths["study_md"].read_text()
-    assert ("**counting** (budget 3 steps for every encoding (the config's, not chosen on validation); batches of "
-            "32, loss on every token)") in md and "**selective_copy** (budget 2 steps for every encoding" in md
+    assert ("**counting**: 3 steps for every encoding (the config's train.steps, not chosen on validation); batches "
+            "of 32, loss on every token") in md and "**selective_copy**: 2 steps for every encoding" in md
     # rows of the pair: the summary and the task's section (exact match, token accuracy) ...
     assert sum(line.startswith("| `traj` − `alibi` |") for line in md.splitlines()) == 3
     # ... and one per metric and split in the task's table of every comparison
@@ -285,4 +287,4 @@ def test_a_report_does_not_call_better_what_only_its_raw_p_value_calls_better(tm
     md = paths["study_md"].read_text()
     table_rows = [line for line in md.splitlines() if line.startswith("| `rope`")]
     assert table_rows and not any("▲" in line for line in table_rows) and "| `rope` | +11.0 [+1.8, +20.2] ? |" in md
-    assert "| exact match | test | `rope` − baseline | +11.0 | [1.8, 20.2] | 0.03" in md
+    assert "| exact match | test | `rope` − baseline | +11.0 | [1.8, 20.2] | 0.03" in md and "| 0.21" in md
