@@ -17,7 +17,7 @@ from ..evaluation.claims import CALIBRATION, CLAIMED_IMPROVEMENT, CLAIMED_STRENG
 from ..evaluation.evaluate_models import EvaluationResult, judge_deltas, paired_deltas
 from ..evaluation.positions import positions_markdown
 from ..evaluation.report import cell as _cell
-from ..evaluation.report import legend, write_report
+from ..evaluation.report import legend, p_text, write_report
 from ..evaluation.verdicts import BETTER
 from .content_config import StudyConfig
 from .control import diagnose_control
@@ -240,14 +240,15 @@ def _markdown(cfg, main, effect, sweep, best, sweep_map, control, summaries, tim
         for traj, v in effect.items():
             head = " | ".join(f"{L} tokens" for L in lengths)
             lines += [f"#### `{traj}` against `{v['base']}`", "",
-                      f"| type | claimed | {head} | verdict (first length) | claim (first length) | "
-                      "claim ruled out at |",
-                      "|---|---|" + "---:|" * len(lengths) + "---|---|---|"]
+                      f"| type | claimed | {head} | p, p (Holm) (first length) | verdict (first length) | "
+                      "claim (first length) | claim ruled out at |",
+                      "|---|---|" + "---:|" * len(lengths) + "---:|---|---|---|"]
             for t in types:
                 c = CLAIMED_IMPROVEMENT.get(t)
                 claim = f"{c[0]:g}-{c[1]:g}%" if c else "none"
                 first = v["deltas"][t].get(lengths[0])
-                verdicts = f"{first['verdict']} | {first['claim_verdict']}" if first else "n/a | n/a"
+                verdicts = (f"{p_text(first.get('p_value'))}, {p_text(first.get('p_holm'))} | {first['verdict']} | "
+                            f"{first['claim_verdict']}") if first else "n/a | n/a | n/a"
                 lines.append(f"| {t} | {claim} | " + " | ".join(_cell(v["deltas"][t].get(L)) for L in lengths)
                              + f" | {verdicts} | {_ruled_out(v['deltas'][t], t)} |")
             lines += ["", "*Claim ruled out at*: the lengths where the whole interval lies below the claimed "

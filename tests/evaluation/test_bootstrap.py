@@ -102,3 +102,33 @@ def test_three_seeds_give_the_t_interval_computed_by_hand():
     assert d["p_value"] == pytest.approx(0.0741799, abs=1e-6) and d["df"] == 2
     assert d["method"] == "t over 3 seeds (paired by seed) plus examples"
     assert d["ci_bootstrap"][0] > 0  # the two-level percentile bootstrap: kept for comparison, too narrow
+
+
+def _twenty_percent_better():
+    """Baseline perplexity 10 on every seed, the encoding 8.4, 8.0 and 7.6: per-seed deltas 16, 20, 24%, delta
+    20%, se = 4 / sqrt(3), p = 2 P(T_2 > 8.660) = 0.013072 (scipy.stats.t)."""
+    count = np.full(20, 50.0)
+    base = np.tile(count * math.log(10.0), (3, 1))
+    enc = np.stack([count * math.log(p) for p in (8.4, 8.0, 7.6)])
+    return delta_with_intervals(base, count, enc, count, n_resamples=200)
+
+
+def test_a_content_report_judges_its_deltas_together_by_holm():
+    """The same 20% delta (raw p 0.0131) on five content types: alone each is better; judged together, Holm
+    gives 5 x 0.0131 = 0.0654 and the report says better for none. On random content an improvement whose own
+    interval excludes 0 stays flagged: the alarm is not adjusted."""
+    from hf_trajpe.evaluation.evaluate_models import judge_deltas
+
+    alone = {"code_hierarchy": {128: _twenty_percent_better()}}
+    assert alone["code_hierarchy"][128]["p_value"] == pytest.approx(0.0130725, abs=1e-6)
+    assert judge_deltas([("rope", "learned", alone)], margin=2.0) == 1
+    assert alone["code_hierarchy"][128]["verdict"] == "better"
+    types = ["linear_progression", "convergent_flow", "circular_patterns", "dialogue_structure", "random_content"]
+    together = {t: {128: _twenty_percent_better()} for t in types}
+    assert judge_deltas([("rope", "learned", together)], margin=2.0) == 5
+    for t in types:
+        d = together[t][128]
+        assert d["p_holm"] == pytest.approx(0.0653623, abs=1e-6) and d["significance"] == "no significant difference"
+    verdict = together["linear_progression"][128]["verdict"]
+    assert verdict == "no significant difference; not shown equivalent within ±2%"
+    assert together["random_content"][128]["verdict"] == HARNESS_PROBLEM
