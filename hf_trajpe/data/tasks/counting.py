@@ -23,8 +23,9 @@ statements), so a plain "longer programs" split would mix a length shift with a 
 - ``test_ood`` (length): ``max_steps + 1`` to ``2 * max_steps`` statements, with exactly as many programs
   per answer value as ``test`` has (:class:`~.registry.Matched`): the answers are those of the in-distribution
   test, only the programs are longer;
-- ``test_ood_value`` (value): in-distribution lengths, answers from ``ood_min_value`` (7) up: counts the
-  models rarely saw in training, in programs as long as those they trained on.
+- ``test_ood_value`` (value): in-distribution lengths, answers from ``ood_min_value`` up (default 7, or
+  ``max_steps // 2`` where programs are shorter than 14 statements): counts the models rarely saw in
+  training, in programs as long as those they trained on.
 """
 
 from __future__ import annotations
@@ -40,7 +41,9 @@ __all__ = ["MAX_VALUE", "REFERENCE_WEIGHTS", "answer_of", "generate"]
 MAX_VALUE = 10
 REFERENCE_WEIGHTS = {"set": 1, "pass": 50, "increment": 7}  # the reference's OP_WEIGHTS (SET, DUMMY, INCREMENT)
 DEFAULTS = {"variables": 3, "min_steps": 3, "max_steps": 16, "ood_min_steps": None, "ood_max_steps": None,
-            "pass_weight": 10, "ood_min_value": 7}
+            "pass_weight": 10, "ood_min_value": None}
+#: the smallest answer of ``test_ood_value`` by default (``ood_min_value: None``; ``max_steps // 2`` if lower)
+OOD_MIN_VALUE = 7
 
 
 class _Fail(Exception):
@@ -105,6 +108,8 @@ def make_splits(sizes, seed, variables, min_steps, max_steps, ood_min_steps, ood
                 ood_min_value, train_seed=None):
     ood_lo = max_steps + 1 if ood_min_steps is None else ood_min_steps
     ood_hi = 2 * max_steps if ood_max_steps is None else ood_max_steps
+    if ood_min_value is None:
+        ood_min_value = max(1, min(OOD_MIN_VALUE, max_steps // 2))
     if not 1 <= ood_min_value <= min(MAX_VALUE, max_steps - 1):
         raise ValueError(f"counting: ood_min_value must be from 1 to {min(MAX_VALUE, max_steps - 1)} (a count of n "
                          f"takes a SET and n increments, so at most max_steps - 1), got {ood_min_value}")
