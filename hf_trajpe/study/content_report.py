@@ -99,7 +99,8 @@ def write_study_report(cfg: StudyConfig, result: EvaluationResult, summaries: li
     training = (f"{cfg.model.get('model_type')} from scratch ({_model_shape(cfg.model)}), {t.steps} AdamW steps of "
                 f"{t.batch_size} x {cfg.data.block_size} {cfg.tokenizer} tokens, lr {t.lr} (warm-up {t.warmup_steps}, "
                 f"linear decay to 10%), the seven content types mixed in equal shares ({cfg.data.train} train "
-                f"documents each); seeds {cfg.seeds}")
+                f"documents each, one draw, data seed {cfg.data.seed}, for every model seed: the seed spread holds "
+                f"the initial weights and the batch order); seeds {cfg.seeds}")
     main = _subset(result, list(cfg.encodings))
     effect = {traj: {"base": base,
                      "deltas": paired_deltas(result, base, traj, n_res, level, margin=margin, claims=True)}

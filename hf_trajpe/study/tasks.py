@@ -1,8 +1,11 @@
 """The task study as a suite of the engine (:mod:`.engine`): tasks with known answers (docs/tasks.md). One
-part per task: its data (built once under ``output_dir/data/<task>``) and its training rows, one example
-per row with a loss mask on the answer tokens; one model per (encoding, seed) under ``output_dir/models/<task>``;
-then exact-match accuracy on every test split (in distribution and out of distribution) with 95% intervals
-over examples and over seeds (:mod:`hf_trajpe.evaluation.answers`); the report is :mod:`.tasks_report`.
+part per task: its data per model seed (``output_dir/data/<task>/seed_<k>``: the test splits of ``data.seed``,
+the validation and train examples drawn for seed ``k``; one folder for all where ``data.vary_with_seed`` is
+false) and its training rows, one example per row with a loss mask on the answer tokens; one model per
+(encoding, seed) under ``output_dir/models/<task>``, or per (candidate step count, encoding, seed) under
+``models/<task>/steps_<n>`` where the budget is chosen on validation (:func:`choose_budget`: the same for every
+encoding); then exact match and answer-token accuracy on every test split (in distribution and out of
+distribution), :mod:`hf_trajpe.evaluation.answers`; the report is :mod:`.tasks_report`.
 """
 
 from __future__ import annotations
