@@ -69,14 +69,15 @@ def rope_rotate(x: np.ndarray, positions: np.ndarray, base: float = 10000.0, lay
 
 
 def cope_attention(query: np.ndarray, key: np.ndarray, value: np.ndarray, vectors: np.ndarray, scaling: float,
-                   real: np.ndarray | None = None) -> np.ndarray:
+                   real: np.ndarray | None = None, position_scale: float = 1.0) -> np.ndarray:
     """Causal self-attention of one sequence with CoPE (docs/spec.md, section 2.15), plain loops.
 
     ``query`` ``[h, n, e]``; ``key``, ``value`` ``[hk, n, e]`` (query head ``a`` reads key/value head
     ``a // (h // hk)``); ``vectors`` ``[e, npos_max]``; ``real`` bool ``[n]`` (pads ``False``). Query ``i``
     attends to the real keys ``j <= i``: gates ``g_ij = sigmoid(scaling q_i.k_j)``, positions
     ``p_ij = min(sum of g_ik over real k in [j, i], npos_max - 1)``, ``e(p)`` interpolated linearly
-    between columns ``floor(p)`` and ``ceil(p)``, scores ``scaling q_i.k_j + q_i.e(p_ij)``. Rows of pad
+    between columns ``floor(p)`` and ``ceil(p)``, scores ``scaling q_i.k_j + position_scale q_i.e(p_ij)``
+    (``position_scale`` 1: the paper's listing; ``1/sqrt(e)``: the reference repository's). Rows of pad
     queries are zero."""
     q, k, v = (np.asarray(x, dtype=np.float64) for x in (query, key, value))
     vec = np.asarray(vectors, dtype=np.float64)
@@ -98,7 +99,7 @@ def cope_attention(query: np.ndarray, key: np.ndarray, value: np.ndarray, vector
                 lo, hi = math.floor(p), math.ceil(p)
                 w = p - lo
                 e_p = (1.0 - w) * vec[:, lo] + w * vec[:, hi]
-                scores.append(scaling * float(q[a, i] @ kk[j]) + float(q[a, i] @ e_p))
+                scores.append(scaling * float(q[a, i] @ kk[j]) + position_scale * float(q[a, i] @ e_p))
             s = np.array(scores)
             att = np.exp(s - s.max())
             att /= att.sum()

@@ -110,58 +110,86 @@ def _rates(values: np.ndarray, weights: np.ndarray, seed_idx: np.ndarray | None)
     return np.take_along_axis(per_seed, seed_idx, axis=1).mean(1)
 
 
-def _draws(n: int, seeds: int, n_resamples: int, rng: np.random.Generator):
-    weights = np.stack([np.bincount(rng.integers(0, n, n), minlength=n) for _ in range(n_resamples)])
-    return weights.astype(np.float64), rng.integers(0, seeds, (n_resamples, seeds))
+def _draws(n: int, seeds: int, n_resamples: int, rng: np.random.Generator, weights: np.ndarray | None = None):
+    """Bootstrap multiplicities of the examples ``[R, N]`` (times the examples' own ``weights``) and seed picks."""
+    draws = np.stack([np.bincount(rng.integers(0, n, n), minlength=n) for _ in range(n_resamples)]).astype(np.float64)
+    return draws if weights is None else draws * weights[None, :], rng.integers(0, seeds, (n_resamples, seeds))
 
 
-def accuracy_intervals(values, n_resamples: int = 2000, level: float = 0.95, seed: int = 0) -> dict:
+def _weights(weights, n: int) -> np.ndarray | None:
+    if weights is None:
+        return None
+    w = np.asarray(weights, dtype=np.float64)
+    if w.shape != (n,) or not (w > 0).all():
+        raise ValueError(f"weights: one positive weight per example ({n}), got shape {w.shape}")
+    return w
+
+
+def _per_seed(v: np.ndarray, w: np.ndarray | None) -> np.ndarray:
+    return v.mean(1) if w is None else (v @ w) / w.sum()
+
+
+def accuracy_intervals(values, n_resamples: int = 2000, level: float = 0.95, seed: int = 0, weights=None) -> dict:
     """``values``: ``[S, N]`` per-example scores (e.g. exact match 0/1) of ``S`` training seeds on the same
-    ``N`` examples. Returns the mean over seeds of the mean over examples (``mean``), its intervals over
-    examples (``ci_examples``, percentile bootstrap), over seeds (``ci_seeds``: the percentile bootstrap of the
-    seeds, kept for comparison; None with one seed) and the one the reports use (``ci``: Student's t over
-    seeds plus the example spread, :mod:`.seed_inference`; ``method`` says which), and the per-seed means."""
+    ``N`` examples; ``weights`` ``[N]``: the examples' weights in the mean (answer tokens per example, for the
+    token accuracy: ``values`` are then each example's fraction of answer tokens right). Returns the mean over
+    seeds of the (weighted) mean over examples (``mean``), its intervals over examples (``ci_examples``,
+    percentile bootstrap), over seeds (``ci_seeds``: the percentile bootstrap of the seeds, kept for
+    comparison; None with one seed) and the one the reports use (``ci``: Student's t over seeds plus the
+    example spread, :mod:`.seed_inference`, cut to [0, 1]; ``method`` says which), and the per-seed means."""
     v = np.atleast_2d(np.asarray(values, dtype=np.float64))
     s, n = v.shape
+    ex_w = _weights(weights, n)
     rng = np.random.default_rng(seed)
-    ones = np.ones((1, n))
-    out = {"mean": float(v.mean()), "per_seed": [float(x) for x in v.mean(1)], "seeds": s, "n_examples": n,
+    per_seed = _per_seed(v, ex_w)
+    out = {"mean": float(per_seed.mean()), "per_seed": [float(x) for x in per_seed], "seeds": s, "n_examples": n,
            "level": level, "n_resamples": n_resamples}
-    w, picks = _draws(n, s, n_resamples, rng)
+    w, picks = _draws(n, s, n_resamples, rng, ex_w)
     by_examples = _rates(v, w, None)
     out["ci_examples"] = percentile_interval(by_examples, level)
+    ones = np.ones((1, n)) if ex_w is None else ex_w[None, :]
     out["ci_seeds"] = (percentile_interval(_rates(v, np.repeat(ones, n_resamples, 0), picks), level)
                        if s > 1 else None)
-    inference = seed_interval(out["mean"], v.mean(1), float(by_examples.std(ddof=1)), level)
-    out["ci"], out["method"] = inference["ci"], inference["method"]
+    inference = seed_interval(out["mean"], per_seed, float(by_examples.std(ddof=1)), level)
+    out["ci"], out["method"] = _clip(inference["ci"], 0.0), inference["method"]
     return out
 
 
-def paired_difference(base, other, n_resamples: int = 2000, level: float = 0.95, seed: int = 0) -> dict:
+def _clip(ci: tuple[float, float], low: float) -> tuple[float, float]:
+    """A t interval cut to the values the quantity can take (an accuracy in [0, 1], a difference of two in
+    [-1, 1]): with two or three seeds it can reach past them, and the true value never lies there."""
+    return max(low, ci[0]), min(1.0, ci[1])
+
+
+def paired_difference(base, other, n_resamples: int = 2000, level: float = 0.95, seed: int = 0,
+                      weights=None) -> dict:
     """``mean(other) - mean(base)`` of two ``[S, N]`` per-example scores on the same ``N`` examples (each
-    averaged over its own seeds), with intervals: ``ci`` from Student's t over seeds (paired seed by seed when
-    both have as many seeds: seed ``k`` of every model starts from the same weights and data) plus the spread
-    over examples (paired: the same examples for both), :mod:`.seed_inference`; ``p_value`` its two-sided
-    p-value (for multiple-comparison corrections); ``ci_examples`` examples only; ``ci_equivalence``: the
-    ``2 level - 1`` interval, for the equivalence test (:mod:`hf_trajpe.evaluation.verdicts`); ``degenerate``
-    (``both at floor``/``both at ceiling``) when neither model varies, where no verdict can be drawn."""
+    averaged over its own seeds; ``weights`` as in :func:`accuracy_intervals`), with intervals: ``ci`` from
+    Student's t over seeds (paired seed by seed when both have as many seeds: seed ``k`` of every model starts
+    from the same weights and data) plus the spread over examples (paired: the same examples for both),
+    :mod:`.seed_inference`, cut to [-1, 1]; ``p_value`` its two-sided p-value, ``se`` and ``df`` (for corrections across
+    comparisons and equivalence tests, :func:`~hf_trajpe.evaluation.verdicts.judge_family`); ``ci_examples``
+    examples only; ``ci_equivalence``: the ``2 level - 1`` interval; ``degenerate`` (``both at floor``/``both at
+    ceiling``) when neither model varies, where no verdict can be drawn."""
     b = np.atleast_2d(np.asarray(base, dtype=np.float64))
     o = np.atleast_2d(np.asarray(other, dtype=np.float64))
     if b.shape[1] != o.shape[1]:
         raise ValueError(f"the two models were scored on different examples: {b.shape} vs {o.shape}")
+    ex_w = _weights(weights, b.shape[1])
     rng = np.random.default_rng(seed)
-    w, _ = _draws(b.shape[1], b.shape[0], n_resamples, rng)
+    w, _ = _draws(b.shape[1], b.shape[0], n_resamples, rng, ex_w)
     examples = _rates(o, w, None) - _rates(b, w, None)
-    difference = float(o.mean() - b.mean())
+    per_b, per_o = _per_seed(b, ex_w), _per_seed(o, ex_w)
+    difference = float(per_o.mean() - per_b.mean())
     out = {"difference": difference, "level": level, "n_resamples": n_resamples,
            "ci_examples": percentile_interval(examples, level), "equivalence_level": 2 * level - 1}
     example_sd = float(examples.std(ddof=1))
     if b.shape[0] == o.shape[0]:  # the same seeds: same initial weights and batches, paired seed by seed
-        inference = seed_interval(difference, o.mean(1) - b.mean(1), example_sd, level)
+        inference = seed_interval(difference, per_o - per_b, example_sd, level)
     else:
-        inference = seed_interval(difference, o.mean(1), example_sd, level, per_seed_other=b.mean(1))
-    out.update(ci=inference["ci"], ci_equivalence=inference["ci_equivalence"], p_value=inference["p_value"],
-               method=inference["method"])
+        inference = seed_interval(difference, per_o, example_sd, level, per_seed_other=per_b)
+    out.update(ci=_clip(inference["ci"], -1.0), ci_equivalence=_clip(inference["ci_equivalence"], -1.0),
+               p_value=inference["p_value"], se=inference["se"], df=inference["df"], method=inference["method"])
     for value, label in ((0.0, "both at floor"), (1.0, "both at ceiling")):
         if bool((b == value).all() and (o == value).all()):
             out["degenerate"] = label  # no comparison can be made: neither model varies

@@ -4,21 +4,26 @@ Delta of an encoding against a baseline, in percent: ``(ppl_base - ppl_enc) / pp
 (positive = the encoding is better). A model's perplexity is the mean over its training seeds of
 ``exp(sum of token nll / number of scored tokens)`` on the test sequences.
 
-:func:`delta_with_intervals` resamples
+:func:`delta_with_intervals` gives
 
-- test sequences (paired: the same resampled sequences for both models) -> ``ci_sequences``;
-- training seeds of each model (independently, with replacement), on all sequences -> ``ci_seeds``
-  (only when a model has more than one seed);
-- both at once (a two-level bootstrap: seeds, then sequences) -> ``ci``, the interval verdicts use.
-  With one seed per model ``ci`` equals ``ci_sequences``.
-
-From the same draws as ``ci``, ``ci_equivalence``: the ``2 level - 1`` interval (90% for 95%), the one
-that decides two one-sided tests of equivalence at ``1 - level`` (:mod:`hf_trajpe.evaluation.verdicts`).
+- ``ci_sequences``: the percentile bootstrap over test sequences (paired: the same resampled sequences for
+  both models), all seeds kept;
+- ``ci_seeds``: the percentile bootstrap over training seeds (only when a model has more than one seed),
+  and ``ci_bootstrap``: both at once (seeds, then sequences); kept for comparison only: with three seeds a
+  bootstrap of the seeds sees at most three values and is too narrow (:mod:`.seed_inference`);
+- ``ci``, the interval the verdicts use, with ``p_value``, ``se``, ``df`` and ``method``: Student's t over
+  seeds (the per-seed deltas, paired seed by seed when both models have as many seeds) plus the spread over
+  test sequences (the standard deviation of the sequence bootstrap), :func:`~.seed_inference.seed_interval`;
+  with one seed the normal interval of the sequence bootstrap;
+- ``ci_equivalence``: the ``2 level - 1`` interval (90% for 95%) of the same t, the one that decides two
+  one-sided tests of equivalence at ``1 - level`` (:mod:`hf_trajpe.evaluation.verdicts`).
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from .seed_inference import seed_interval
 
 __all__ = ["bootstrap_ci", "delta_pct", "delta_with_intervals", "percentile_interval"]
 
@@ -59,12 +64,13 @@ def _resampled_ppl(nll: np.ndarray, count: np.ndarray, weights: np.ndarray,
 
 def delta_with_intervals(base_nll, base_count, enc_nll, enc_count, n_resamples: int = 2000,
                          level: float = 0.95, seed: int = 0) -> dict:
-    """Delta (percent) of an encoding against the baseline, with bootstrap intervals.
+    """Delta (percent) of an encoding against the baseline, with its intervals (module docstring).
 
     ``*_nll``: ``[S, N]`` summed token nll of each test sequence (``S`` seeds, ``N`` sequences, the
     same sequences in the same order for both models); ``*_count``: ``[S, N]`` or ``[N]`` scored
-    tokens per sequence. Returns ``delta_pct``, ``ci``, ``ci_sequences``, ``ci_seeds`` (None with one
-    seed per model), ``ppl_base``, ``ppl_enc``, ``seeds_base``, ``seeds_enc``, ``n_sequences``.
+    tokens per sequence. Returns ``delta_pct``, ``ci``, ``ci_equivalence``, ``p_value``, ``se``, ``df``,
+    ``method``, ``ci_sequences``, ``ci_seeds`` and ``ci_bootstrap`` (None with one seed per model),
+    ``ppl_base``, ``ppl_enc``, ``seeds_base``, ``seeds_enc``, ``n_sequences``.
     """
     bn, en = np.atleast_2d(np.asarray(base_nll, np.float64)), np.atleast_2d(np.asarray(enc_nll, np.float64))
     bc = np.broadcast_to(np.asarray(base_count, np.float64), bn.shape)
@@ -73,8 +79,10 @@ def delta_with_intervals(base_nll, base_count, enc_nll, enc_count, n_resamples: 
         raise ValueError(f"baseline and encoding were scored on different sequences: {bn.shape} vs {en.shape}")
     n = bn.shape[1]
     rng = np.random.default_rng(seed)
-    ppl_b, ppl_e = _seed_ppl(bn, bc).mean(), _seed_ppl(en, ec).mean()
-    out = {"delta_pct": float(delta_pct(ppl_b, ppl_e)), "ppl_base": float(ppl_b), "ppl_enc": float(ppl_e),
+    seeds_b, seeds_e = _seed_ppl(bn, bc), _seed_ppl(en, ec)
+    ppl_b, ppl_e = seeds_b.mean(), seeds_e.mean()
+    delta = float(delta_pct(ppl_b, ppl_e))
+    out = {"delta_pct": delta, "ppl_base": float(ppl_b), "ppl_enc": float(ppl_e),
            "seeds_base": bn.shape[0], "seeds_enc": en.shape[0], "n_sequences": n,
            "n_resamples": n_resamples, "level": level}
 
@@ -91,8 +99,14 @@ def delta_with_intervals(base_nll, base_count, enc_nll, enc_count, n_resamples: 
     sequences = draw(False, True, n_resamples)
     out["ci_sequences"] = percentile_interval(sequences, level)
     out["ci_seeds"] = percentile_interval(draw(True, False, n_resamples), level) if several else None
-    both = draw(True, True, n_resamples) if several else sequences
-    out["ci"] = percentile_interval(both, level)
+    out["ci_bootstrap"] = percentile_interval(draw(True, True, n_resamples), level) if several else None
+    sequence_sd = float(sequences.std(ddof=1))
+    if bn.shape[0] == en.shape[0]:  # seed k of both models: the same initial weights and batches
+        inference = seed_interval(delta, delta_pct(seeds_b, seeds_e), sequence_sd, level)
+    else:  # each model's seed spread, the other held at its mean
+        inference = seed_interval(delta, delta_pct(ppl_b, seeds_e), sequence_sd, level,
+                                  per_seed_other=delta_pct(seeds_b, ppl_e))
     out["equivalence_level"] = 2 * level - 1
-    out["ci_equivalence"] = percentile_interval(both, 2 * level - 1)
+    out.update(ci=inference["ci"], ci_equivalence=inference["ci_equivalence"], p_value=inference["p_value"],
+               se=inference["se"], df=inference["df"], method=inference["method"])
     return out

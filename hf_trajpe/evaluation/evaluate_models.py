@@ -34,9 +34,9 @@ import torch
 from .bootstrap import delta_with_intervals
 from .claims import CLAIMED_IMPROVEMENT, CLAIMED_STRENGTH, CONTROL_TYPE, HARNESS_PROBLEM, verdict
 from .scoring import detect_mode, score_blocks
-from .verdicts import DEFAULT_MARGIN, equivalent, plain_verdict, significance
+from .verdicts import DEFAULT_MARGIN, equivalent, judge_family, plain_verdict, significance
 
-__all__ = ["EvaluationResult", "evaluate_models", "load_model", "content_streams", "paired_deltas"]
+__all__ = ["EvaluationResult", "evaluate_models", "load_model", "content_streams", "judge_deltas", "paired_deltas"]
 
 
 @dataclass
@@ -226,7 +226,29 @@ def evaluate_models(models: Mapping[str, object], baseline: str | None = None, c
         if name != baseline:
             result.deltas[name] = paired_deltas(result, baseline, name, n_resamples, level, bootstrap_seed,
                                                 margin=equivalence_margin)
+    result.meta["family_size"] = judge_deltas([(name, baseline, d) for name, d in result.deltas.items()],
+                                              equivalence_margin, level)
     return result
+
+
+def judge_deltas(comparisons: list[tuple[str, str, dict]], margin: float, level: float = 0.95) -> int:
+    """Holm across every delta of ``comparisons`` (``(model, reference, {type: {length: delta}})``, the
+    comparisons one report shows; :func:`~hf_trajpe.evaluation.verdicts.judge_family`): each delta's
+    ``significance``, ``equivalent`` and ``verdict`` then come from Holm-adjusted p-values (a comparison shown
+    twice counts once). On ``random_content`` an improvement whose own interval excludes 0 stays flagged
+    (``HARNESS_PROBLEM``), unadjusted: an alarm must not go deaf because the report has many rows.
+    Returns the family size."""
+    family, keys = [], {}
+    for model, ref, per_type in comparisons:
+        for t, per_len in per_type.items():
+            for length, d in per_len.items():
+                family.append(d)
+                keys[id(d)] = (model, ref, t, length)
+    n = judge_family(family, "delta_pct", margin, level, key=lambda d: keys[id(d)])
+    for d in family:
+        if keys[id(d)][2] == CONTROL_TYPE and d["ci"][0] > 0:
+            d["verdict"] = HARNESS_PROBLEM
+    return n
 
 
 def paired_deltas(result: EvaluationResult, base: str, other: str, n_resamples: int = 2000, level: float = 0.95,
@@ -236,7 +258,9 @@ def paired_deltas(result: EvaluationResult, base: str, other: str, n_resamples: 
     model skipped is left out. Each delta gets ``significance`` (better/worse/no significant difference),
     ``equivalent`` (TOST within ``±margin`` percent), ``margin`` and ``verdict`` (the two in words; on
     ``random_content`` a significant improvement is ``HARNESS_PROBLEM``). ``claims``: also the seed design's
-    claimed ranges and ``claim_verdict``, only for a trajectory model against its own base encoding."""
+    claimed ranges and ``claim_verdict``, only for a trajectory model against its own base encoding.
+    These verdicts are the comparison's alone; a report re-judges its comparisons together
+    (:func:`judge_deltas`, Holm)."""
     out: dict = {}
     for t, per_len in result.scores[other].items():
         out[t] = {}

@@ -19,8 +19,8 @@ from pathlib import Path
 from .claims import HARNESS_PROBLEM
 from .positions import positions_markdown
 
-__all__ = ["cell", "harness_banner", "legend", "mark", "markdown_report", "plot_delta_per_type", "plot_ppl_vs_length",
-           "write_report"]
+__all__ = ["cell", "harness_banner", "legend", "mark", "markdown_report", "p_text", "plot_delta_per_type",
+           "plot_ppl_vs_length", "write_report"]
 
 
 def _fmt(x, digits: int = 2) -> str:
@@ -30,9 +30,9 @@ def _fmt(x, digits: int = 2) -> str:
 
 
 def mark(d: dict) -> str:
-    """▲ better / ▼ worse at 95%; = equivalent within the margin; ? neither (nothing ruled out)."""
-    lo, hi = d["ci"]
-    sig = "▲" if lo > 0 else ("▼" if hi < 0 else "")
+    """▲ better / ▼ worse (its ``significance``: Holm-adjusted where the report judged its comparisons
+    together); = equivalent within the margin; ? neither (nothing ruled out)."""
+    sig = {"better": "▲", "worse": "▼"}.get(d.get("significance", ""), "")
     eq = "=" if d.get("equivalent") else ("" if sig else "?")
     return sig + eq
 
@@ -45,10 +45,23 @@ def cell(d: dict | None, digits: int = 1) -> str:
     return f"{d['delta_pct']:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}] {mark(d)}".rstrip()
 
 
-def legend(margin: float, unit: str = "%") -> str:
-    return (f"▲ significantly better, ▼ significantly worse (95% interval excludes 0); = equivalent within "
-            f"±{margin:g}{unit} (two one-sided tests at 5%: the 90% interval lies inside ±{margin:g}{unit}); "
-            "? no significant difference and not shown equivalent (the data cannot tell)")
+def p_text(p: float | None) -> str:
+    """A p-value as a report prints it: ``<1e-4`` below that, ``-`` where there is none."""
+    if p is None:
+        return "-"
+    return "<1e-4" if p < 1e-4 else f"{p:.3g}"
+
+
+def legend(margin: float, unit: str = "%", family: int | None = None) -> str:
+    """The marks in words; ``family``: the number of comparisons the report's verdicts were adjusted across."""
+    if family is None:
+        return (f"▲ significantly better, ▼ significantly worse (95% interval excludes 0); = equivalent within "
+                f"±{margin:g}{unit} (two one-sided tests at 5%: the 90% interval lies inside ±{margin:g}{unit}); "
+                "? no significant difference and not shown equivalent (the data cannot tell)")
+    return (f"▲ significantly better, ▼ significantly worse, = equivalent within ±{margin:g}{unit} (two one-sided "
+            f"tests), each at 5% after Holm's adjustment across the {family} comparison{'s' if family != 1 else ''} "
+            "of this report; ? none of these (the data cannot tell). The intervals are per comparison: one can "
+            "exclude 0 without ▲/▼")
 
 
 def harness_banner(problems: list[tuple], control: dict | None) -> list[str]:
@@ -81,7 +94,8 @@ def _summary(meta: dict, deltas: dict, first: str) -> list[str]:
     for t in meta["content_types"]:
         lines.append(f"| {t} | " + " | ".join(cell(deltas[n].get(t, {}).get(first)) for n in names) + " |")
     return lines + ["", "Cells: delta of perplexity in percent (positive = better than the baseline) "
-                    f"[{meta['level']:.0%} interval]. " + legend(meta.get("equivalence_margin", 2.0)), ""]
+                    f"[{meta['level']:.0%} interval]. " + legend(meta.get("equivalence_margin", 2.0), "%",
+                                                                 meta.get("family_size")), ""]
 
 
 def markdown_report(data: dict, charts: dict[str, str] | None = None) -> str:
@@ -105,11 +119,14 @@ def markdown_report(data: dict, charts: dict[str, str] | None = None) -> str:
               f"context lengths {contexts}",
               f"- test data: {meta['data']}; tokens scored per type and length: "
               + ", ".join(f"{t} {n}" for t, n in meta["tokens_per_type"].items()),
-              f"- intervals: {meta['level']:.0%} percentile bootstrap, {meta['n_resamples']} resamples over test "
-              "sequences (paired) and, when a model has several seeds, over seeds too",
+              f"- intervals: {meta['level']:.0%}, Student's t over seeds (per-seed deltas, paired seed by seed) "
+              f"plus the spread over test sequences (the standard deviation of {meta['n_resamples']} paired "
+              "bootstrap resamples of the sequences); with one seed, the normal interval of that bootstrap",
+              f"- verdicts: {_family_words(meta)}",
               f"- equivalence: within ±{margin:g}% of relative perplexity, by two one-sided tests at "
-              f"{1 - meta['level']:.0%} (the {2 * meta['level'] - 1:.0%} interval of the same draws inside "
-              f"±{margin:g}%)",
+              f"{1 - meta['level']:.0%}" + (" (Holm-adjusted like the significance)" if meta.get("family_size")
+                                            is not None else
+                                            f" (the {2 * meta['level'] - 1:.0%} interval inside ±{margin:g}%)"),
               f"- delta: {meta['delta_definition']}", "", "## Models", "",
               "| name | seeds | class | parameters | source | patch |", "|---|---:|---|---:|---|---|"]
     for name, seeds in data["models"].items():
@@ -121,20 +138,21 @@ def markdown_report(data: dict, charts: dict[str, str] | None = None) -> str:
     for name, per_t in deltas.items():
         lines += [f"## `{name}` against `{base}` at {first} tokens", "",
                   f"| content type | delta [{meta['level']:.0%} CI] | {2 * meta['level'] - 1:.0%} CI (equivalence) | "
-                  "verdict | ppl baseline | ppl encoding | acc baseline | acc encoding |",
-                  "|---|---:|---:|---|---:|---:|---:|---:|"]
+                  "p | p (Holm) | verdict | ppl baseline | ppl encoding | acc baseline | acc encoding |",
+                  "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
         for t in meta["content_types"]:
             d = per_t.get(t, {}).get(first)
             rb, re_ = results[base][t][first], results[name][t][first]
             if d is None:
                 reason = re_.get("skipped") or rb.get("skipped") or "not computed"
-                lines.append(f"| {t} | n/a | n/a | skipped: {reason} | | | | |")
+                lines.append(f"| {t} | n/a | n/a | | | skipped: {reason} | | | | |")
                 continue
             mark_ = "**" if d["verdict"] == HARNESS_PROBLEM else ""
             seeds_note = f" (seeds: [{d['ci_seeds'][0]:+.2f}, {d['ci_seeds'][1]:+.2f}])" if d.get("ci_seeds") else ""
             eq = d.get("ci_equivalence")
             lines.append(f"| {t} | {d['delta_pct']:+.2f}% [{d['ci'][0]:+.2f}, {d['ci'][1]:+.2f}]{seeds_note} | "
                          + (f"[{eq[0]:+.2f}, {eq[1]:+.2f}]" if eq else "n/a")
+                         + f" | {p_text(d.get('p_value'))} | {p_text(d.get('p_holm'))}"
                          + f" | {mark_}{d['verdict']}{mark_} | {_fmt(rb['perplexity'])} | {_fmt(re_['perplexity'])} | "
                          f"{_fmt(rb['accuracy'], 3)} | {_fmt(re_['accuracy'], 3)} |")
         lines.append("")
@@ -169,15 +187,23 @@ def markdown_report(data: dict, charts: dict[str, str] | None = None) -> str:
     if charts:
         lines += ["## Charts", ""] + [f"![{title}]({path})" for title, path in charts.items()] + [""]
     lines += ["## How to read the verdicts", "",
-              f"Verdict of the {meta['level']:.0%} interval [lo, hi] of the measured delta: lo > 0 -> *better*; "
-              "hi < 0 -> *worse*; otherwise *no significant difference*. Each says whether an effect larger "
-              f"than ±{margin:g}% is ruled out: *equivalent within ±{margin:g}%* when the "
-              f"{2 * meta['level'] - 1:.0%} interval lies inside ±{margin:g}% (two one-sided tests at "
-              f"{1 - meta['level']:.0%}), else *not shown equivalent*: *no significant difference* alone is "
-              "not *no effect*. On `random_content` any significant improvement is flagged: no encoding can "
-              "help there. The seed design's claimed ranges are about trajectory against its own base "
-              "encoding, so they are not compared here.", ""]
+              f"*better* / *worse* / *no significant difference*: {_family_words(meta)}. Each says whether an "
+              f"effect larger than ±{margin:g}% is ruled out: *equivalent within ±{margin:g}%* (two one-sided "
+              f"tests at {1 - meta['level']:.0%}), else *not shown equivalent*: *no significant difference* alone "
+              "is not *no effect*. On `random_content` an improvement whose own interval excludes 0 is flagged, "
+              "without adjustment: no encoding can help there. The seed design's claimed ranges are about "
+              "trajectory against its own base encoding, so they are not compared here.", ""]
     return "\n".join(lines)
+
+
+def _family_words(meta: dict) -> str:
+    n = meta.get("family_size")
+    if n is None:
+        return f"from the {meta['level']:.0%} interval of each comparison alone (lo > 0: better; hi < 0: worse)"
+    return (f"p-values of Student's t, adjusted by Holm's method across the {n} comparison{'s' if n != 1 else ''} "
+            "of this report; "
+            f"better/worse when the adjusted p < {1 - meta['level']:.2g} (the intervals shown are per comparison, "
+            "so one can exclude 0 without a verdict)")
 
 
 def plot_delta_per_type(data: dict, path: Path) -> None:

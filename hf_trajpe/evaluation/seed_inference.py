@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["t_sf", "t_ppf", "seed_interval", "holm", "benjamini_hochberg"]
+__all__ = ["t_sf", "t_ppf", "seed_interval", "tost_p_value", "holm", "benjamini_hochberg"]
 
 
 def _betacf(a: float, b: float, x: float) -> float:
@@ -130,6 +130,17 @@ def seed_interval(value: float, per_seed: Sequence[float], example_sd: float, le
         p = min(1.0, 2.0 * t_sf(abs(value) / se, df))
     return {"ci": (float(ci[0]), float(ci[1])), "ci_equivalence": (float(ci_eq[0]), float(ci_eq[1])),
             "p_value": float(p), "se": se, "df": df, "method": method}
+
+
+def tost_p_value(value: float, se: float, df: float, margin: float) -> float:
+    """The p-value of two one-sided tests of equivalence within ``±margin`` (the larger of the two one-sided
+    p-values of ``difference <= -margin`` and ``difference >= +margin``), from the same ``se`` and ``df`` as
+    :func:`seed_interval`: below ``alpha`` exactly when its ``1 - 2 alpha`` interval lies inside the margin."""
+    if se == 0.0:
+        return 0.0 if abs(value) < margin else 1.0
+    lower = t_sf((value + margin) / se, df)  # P(T > ...) under difference = -margin
+    upper = t_sf((margin - value) / se, df)  # under difference = +margin
+    return float(max(lower, upper))
 
 
 def holm(pvalues: Sequence[float]) -> list[float]:

@@ -27,7 +27,8 @@ __all__ = ["ANSWERS_TAG", "ANSWER_TASKS", "DATA_DIR_KEY", "PASSKEY_TAG", "PPL_TA
 ANSWER_TASKS: dict[str, dict[str, str]] = {
     "selective_copy": {"test": "hf_trajpe_selective_copy", "test_ood_sparse": "hf_trajpe_selective_copy_ood_sparse",
                        "test_ood_dense": "hf_trajpe_selective_copy_ood_dense"},
-    "counting": {"test": "hf_trajpe_counting", "test_ood": "hf_trajpe_counting_ood"},
+    "counting": {"test": "hf_trajpe_counting", "test_ood": "hf_trajpe_counting_ood",
+                 "test_ood_value": "hf_trajpe_counting_ood_value"},
     "flip_flop": {"test": "hf_trajpe_flip_flop", "test_ood_sparse": "hf_trajpe_flip_flop_ood_sparse",
                   "test_ood_dense": "hf_trajpe_flip_flop_ood_dense"},
     "passkey": {"test": "hf_trajpe_passkey_1x", "test_2x": "hf_trajpe_passkey_2x", "test_4x": "hf_trajpe_passkey_4x"},

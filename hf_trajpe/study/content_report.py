@@ -14,10 +14,11 @@ from pathlib import Path
 import numpy as np
 
 from ..evaluation.claims import CALIBRATION, CLAIMED_IMPROVEMENT, CLAIMED_STRENGTH, CONTROL_TYPE, HARNESS_PROBLEM
-from ..evaluation.evaluate_models import EvaluationResult, paired_deltas
+from ..evaluation.evaluate_models import EvaluationResult, judge_deltas, paired_deltas
 from ..evaluation.positions import positions_markdown
 from ..evaluation.report import cell as _cell
-from ..evaluation.report import write_report
+from ..evaluation.report import legend, p_text, write_report
+from ..evaluation.verdicts import BETTER
 from .content_config import StudyConfig
 from .control import diagnose_control
 from .screen import DETAILS, json_default
@@ -27,13 +28,14 @@ __all__ = ["best_strength", "write_study_report"]
 
 
 def best_strength(per_strength: dict[float, dict], content_type: str) -> dict:
-    """The strength with the largest mean delta against strength 0, whether that delta is significant,
-    and whether it lies in the seed design's claimed range of best strengths."""
+    """The strength with the largest mean delta against strength 0, whether that delta is significantly
+    better (its ``significance``: Holm-adjusted across the study's comparisons), and whether it lies in the
+    seed design's claimed range of best strengths."""
     cands = {s: d for s, d in per_strength.items() if s != 0.0}
     if not cands:
         return {"best": None, "significant": False, "in_claimed_range": None}
     s, d = max(cands.items(), key=lambda kv: kv[1]["delta_pct"])
-    significant = d["ci"][0] > 0
+    significant = d.get("significance") == BETTER
     claim = CLAIMED_STRENGTH.get(content_type, "none")
     if claim == "none":
         in_range = not significant
@@ -97,7 +99,8 @@ def write_study_report(cfg: StudyConfig, result: EvaluationResult, summaries: li
     training = (f"{cfg.model.get('model_type')} from scratch ({_model_shape(cfg.model)}), {t.steps} AdamW steps of "
                 f"{t.batch_size} x {cfg.data.block_size} {cfg.tokenizer} tokens, lr {t.lr} (warm-up {t.warmup_steps}, "
                 f"linear decay to 10%), the seven content types mixed in equal shares ({cfg.data.train} train "
-                f"documents each); seeds {cfg.seeds}")
+                f"documents each, one draw, data seed {cfg.data.seed}, for every model seed: the seed spread holds "
+                f"the initial weights and the batch order); seeds {cfg.seeds}")
     main = _subset(result, list(cfg.encodings))
     effect = {traj: {"base": base,
                      "deltas": paired_deltas(result, base, traj, n_res, level, margin=margin, claims=True)}
@@ -105,27 +108,32 @@ def write_study_report(cfg: StudyConfig, result: EvaluationResult, summaries: li
     pairs = {f"{m} vs {ref}": {"model": m, "reference": ref,
                                "deltas": paired_deltas(result, ref, m, n_res, level, margin=margin)}
              for m, ref in cfg.comparisons}
-    sweep, best = {}, {}
+    sweep, best, per = {}, {}, {}
     if sweep_map:
         ref = sweep_map[0.0]
         per = {s: (paired_deltas(result, ref, name, n_res, level, margin=margin) if name != ref else None)
                for s, name in sweep_map.items()}
         for ctype in types:
             sweep[ctype] = {s: (per[s][ctype] if per[s] else {}) for s in sweep_map}
-            best[ctype] = {str(length): best_strength({s: sweep[ctype][s][length] for s in sweep_map if s != 0.0},
-                                                       ctype) for length in lengths}
 
     compared = [(m, cfg.baseline, per_t) for m, per_t in main.deltas.items()]
     compared += [(m, v["base"], v["deltas"]) for m, v in effect.items()]
     compared += [(v["model"], v["reference"], v["deltas"]) for v in pairs.values()]
+    swept = [(sweep_map[s], sweep_map[0.0], d) for s, d in (per.items() if sweep_map else []) if d]
+    family = judge_deltas(compared + swept, margin, level)  # Holm across every comparison the study shows
+    if sweep_map:
+        for ctype in types:
+            best[ctype] = {str(length): best_strength({s: sweep[ctype][s][length] for s in sweep_map if s != 0.0},
+                                                       ctype) for length in lengths}
     rows = [(m, ref, length, d) for m, ref, per_t in compared for length, d in per_t.get(CONTROL_TYPE, {}).items()]
     diagnosis = diagnose_control(rows, control or {}, cfg.eval.calibrated_mass)
     calibration = {(m, ref, L) for m, ref, L in diagnosis["calibration"]}
     for m, ref, L, d in rows:
         if (m, ref, L) in calibration:
             d["control_flag"], d["verdict"] = HARNESS_PROBLEM, CALIBRATION
-    summary = summary_lines(cfg, types, lengths, effect, main.deltas, diagnosis, pairs)
-    main.meta.update({"training": training, "command": command, "versions": versions, "control": diagnosis,
+    summary = summary_lines(cfg, types, lengths, effect, main.deltas, diagnosis, pairs, family)
+    main.meta.update({"family_size": family, "training": training, "command": command, "versions": versions,
+                      "control": diagnosis,
                       "summary_md": summary, "positions": positions or {},
                       "title": f"# Study `{cfg.name}`: every encoding against `{cfg.baseline}`"})
     paths = write_report(main, out)
@@ -213,8 +221,10 @@ def _markdown(cfg, main, effect, sweep, best, sweep_map, control, summaries, tim
               f"({', '.join(map(str, lengths))} tokens = {', '.join(f'{m}x' for m in main.meta['length_multipliers'])} "
               f"the training length), {cfg.eval.max_sequences} sequences per type at the longest",
               f"- cells: delta of perplexity in percent, `(ppl_ref - ppl) / ppl_ref`, positive = better than the "
-              f"reference; [{cfg.eval.level:.0%} bootstrap interval over test sequences and seeds]; ▲/▼ significantly "
-              f"better/worse; = equivalent within ±{cfg.equivalence_margin:g}% (two one-sided tests at 5%); ? neither",
+              f"reference; [{cfg.eval.level:.0%} interval: Student's t over seeds, paired seed by seed, plus the "
+              "spread over test sequences]; " + legend(cfg.equivalence_margin, "%", main.meta.get("family_size")),
+              "- not adjusted: the claim verdicts (a 95% interval set against a claimed range) and the "
+              "random-content alarm (an improvement there is flagged on its own interval)",
               _wall(timing, summaries),
               "- versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()), ""]
     for length in lengths:
@@ -231,14 +241,15 @@ def _markdown(cfg, main, effect, sweep, best, sweep_map, control, summaries, tim
         for traj, v in effect.items():
             head = " | ".join(f"{L} tokens" for L in lengths)
             lines += [f"#### `{traj}` against `{v['base']}`", "",
-                      f"| type | claimed | {head} | verdict (first length) | claim (first length) | "
-                      "claim ruled out at |",
-                      "|---|---|" + "---:|" * len(lengths) + "---|---|---|"]
+                      f"| type | claimed | {head} | p, p (Holm) (first length) | verdict (first length) | "
+                      "claim (first length) | claim ruled out at |",
+                      "|---|---|" + "---:|" * len(lengths) + "---:|---|---|---|"]
             for t in types:
                 c = CLAIMED_IMPROVEMENT.get(t)
                 claim = f"{c[0]:g}-{c[1]:g}%" if c else "none"
                 first = v["deltas"][t].get(lengths[0])
-                verdicts = f"{first['verdict']} | {first['claim_verdict']}" if first else "n/a | n/a"
+                verdicts = (f"{p_text(first.get('p_value'))}, {p_text(first.get('p_holm'))} | {first['verdict']} | "
+                            f"{first['claim_verdict']}") if first else "n/a | n/a | n/a"
                 lines.append(f"| {t} | {claim} | " + " | ".join(_cell(v["deltas"][t].get(L)) for L in lengths)
                              + f" | {verdicts} | {_ruled_out(v['deltas'][t], t)} |")
             lines += ["", "*Claim ruled out at*: the lengths where the whole interval lies below the claimed "

@@ -30,7 +30,8 @@ __all__ = ["run_study", "train_all"]
 def train_all(cfg, runs: list[Run], rows_path: Path, log, experiment: Callable[[Run], dict],
               train_fn=train_run) -> list[dict]:
     """Train the runs not done yet, ``workers`` at a time; returns every run's summary (``_new`` on those
-    trained now). ``experiment(run)``: a run's experiment config as a dict; ``train_fn``: what trains one run."""
+    trained now). ``experiment(run)``: a run's experiment config as a dict; ``train_fn``: what trains one run;
+    a run trains on its own ``rows`` where it has them, else on ``rows_path``."""
     todo = [r for r in runs if not r.done]
     for run in todo:  # before any training: a folder the study did not write is refused, never replaced
         check_run_folder(run)
@@ -42,8 +43,11 @@ def train_all(cfg, runs: list[Run], rows_path: Path, log, experiment: Callable[[
     workers = min(cfg.workers, len(todo))
     threads = max(1, cpus() // workers)
     log(f"training {len(todo)} models, {workers} at a time ({threads} thread(s) each)")
-    args = (str(rows_path), cfg.train.log_every, threads)
     start = time.perf_counter()
+
+    def args(run: Run) -> tuple:
+        return str(run.rows or rows_path), cfg.train.log_every, threads
+
 
     def report(i: int, s: dict) -> None:
         log(f"[{i}/{len(todo)}] {s['name']} seed {s['seed']}: loss {s['first_loss']:.3f} -> {s['final_loss']:.3f} "
@@ -54,14 +58,14 @@ def train_all(cfg, runs: list[Run], rows_path: Path, log, experiment: Callable[[
         torch_threads = torch.get_num_threads()
         try:
             for i, run in enumerate(todo, 1):
-                summaries.append({**train_fn(run, experiment(run), *args), "_new": True})
+                summaries.append({**train_fn(run, experiment(run), *args(run)), "_new": True})
                 report(i, summaries[-1])
         finally:
             torch.set_num_threads(torch_threads)
         return summaries
     ctx = multiprocessing.get_context("spawn")  # no forked torch thread pools
     with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
-        futures = [pool.submit(train_fn, run, experiment(run), *args) for run in todo]
+        futures = [pool.submit(train_fn, run, experiment(run), *args(run)) for run in todo]
         try:
             for i, fut in enumerate(as_completed(futures), 1):
                 summaries.append({**fut.result(), "_new": True})

@@ -20,6 +20,8 @@ class Run:
     seed: int
     options: dict | None  # hf_trajpe.patch options; None: the stock model
     folder: Path
+    rows: Path | None = None  # its own training rows, where a suite draws data per seed (else the part's)
+    steps: int | None = None  # its own step budget, where a suite trains several (else the config's train.steps)
 
     @property
     def done(self) -> bool:
@@ -44,7 +46,8 @@ def check_run_folder(run: Run) -> None:
 def same_patch(saved: dict | None, options: dict | None) -> bool:
     """Whether a saved ``PatchConfig`` dict is what ``options`` ask for (``"embeddings"`` scales were
     resolved to a number when patching, so any number matches them; ``rope_parameters`` were completed from
-    the model's config, so the saved dict matches when it holds every key given, with the same value)."""
+    the model's config, so the saved dict matches when it holds every key given, with the same value; a scheme
+    option added after the save counts at its default, the behaviour the model was trained with)."""
     from ..patching import PatchConfig
 
     if saved is None or options is None:
@@ -52,6 +55,10 @@ def same_patch(saved: dict | None, options: dict | None) -> bool:
     # flat options as hf_trajpe.patch takes them (a scheme's own, e.g. cope's npos_max, beside the common ones)
     want = (PatchConfig.from_options(**options) if hasattr(PatchConfig, "from_options")
             else PatchConfig(**options)).to_dict()
+    try:  # with the defaults of options added since it was saved (cope's position_logit_scale): what it trained with
+        saved = {**saved, **{k: v for k, v in PatchConfig.from_dict(saved).to_dict().items() if k == "scheme_options"}}
+    except (TypeError, ValueError):
+        pass  # a saved patch this install cannot read: compared as it is, so it is retrained
     if want.get("sinusoid_scale") == "embeddings":
         want["sinusoid_scale"] = saved.get("sinusoid_scale")
     wanted, resolved = want.get("rope_parameters"), saved.get("rope_parameters")

@@ -59,10 +59,11 @@ def _table(columns: dict[str, dict], types: list[str], length: int, claims: bool
 
 
 def summary_lines(cfg, types: list[str], lengths: list[int], effect: dict, main_deltas: dict,
-                  control: dict, pairs: dict | None = None) -> list[str]:
+                  control: dict, pairs: dict | None = None, family: int | None = None) -> list[str]:
     """The first screen (Markdown lines): ``effect`` ``{trajectory: {"base", "deltas"}}``, ``main_deltas``
     ``{encoding: {type: {length: delta}}}`` against ``cfg.baseline``, ``control`` the diagnosis, ``pairs``
-    the config's ``comparisons`` (``{label: {"model", "reference", "deltas"}}``)."""
+    the config's ``comparisons`` (``{label: {"model", "reference", "deltas"}}``); ``family``: the number of
+    comparisons the verdicts were Holm-adjusted across."""
     L0, margin = lengths[0], cfg.equivalence_margin
     t = cfg.train
     seeds = len(cfg.seeds)
@@ -71,7 +72,7 @@ def summary_lines(cfg, types: list[str], lengths: list[int], effect: dict, main_
              f"{cfg.model.get('n_embd', '?')}-wide {cfg.model.get('model_type')}; intervals over test sequences"
              + (" and seeds" if seeds > 1 else " only (one seed: seed-to-seed spread is not in them)")
              + ". Cells: delta of perplexity in percent, positive = better than the reference [95% interval]. "
-             + legend(margin), ""]
+             + legend(margin, "%", family), ""]
     if control.get("status") in ("failed", "broken"):
         lines += [control["finding"], ""]
     if effect:

@@ -1,12 +1,16 @@
 """The task study as a suite of the engine (:mod:`.engine`): tasks with known answers (docs/tasks.md). One
-part per task: its data (built once under ``output_dir/data/<task>``) and its training rows, one example
-per row with a loss mask on the answer tokens; one model per (encoding, seed) under ``output_dir/models/<task>``;
-then exact-match accuracy on every test split (in distribution and out of distribution) with 95% intervals
-over examples and over seeds (:mod:`hf_trajpe.evaluation.answers`); the report is :mod:`.tasks_report`.
+part per task: its data per model seed (``output_dir/data/<task>/seed_<k>``: the test splits of ``data.seed``,
+the validation and train examples drawn for seed ``k``; one folder for all where ``data.vary_with_seed`` is
+false) and its training rows, one example per row with a loss mask on the answer tokens; one model per
+(encoding, seed) under ``output_dir/models/<task>``, or per (candidate step count, encoding, seed) under
+``models/<task>/steps_<n>`` where the budget is chosen on validation (:func:`choose_budget`: the same for every
+encoding); then exact match and answer-token accuracy on every test split (in distribution and out of
+distribution), :mod:`hf_trajpe.evaluation.answers`; the report is :mod:`.tasks_report`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,7 +25,7 @@ from .suite import Part, Prepared
 from .tasks_config import LOSSES, TaskStudyConfig, task_experiment
 from .tasks_report import write_task_report
 
-__all__ = ["TaskSuite", "evaluate_task", "prepare_task", "training_rows"]
+__all__ = ["TaskSuite", "choose_budget", "evaluate_task", "prepare_task", "training_rows", "validation_scores"]
 
 EVAL_ROWS = 8  # validation rows the trainer scores at the end (its logged evaluation)
 
@@ -46,42 +50,57 @@ def training_rows(encoded: Sequence[tuple[list[int], list[bool]]], length: int, 
     return ids, mask
 
 
+def _seed_folders(cfg: TaskStudyConfig, task: str, out: Path) -> dict[int | None, Path]:
+    """Where each model seed's data lives: one folder per seed (``data/<task>/seed_<k>``) where the training
+    data varies with the seed, else one folder for all (key ``None``)."""
+    folder = out / "data" / task
+    if not cfg.data.vary_with_seed:
+        return {None: folder}
+    return {seed: folder / f"seed_{seed}" for seed in cfg.seeds}
+
+
 def prepare_task(cfg: TaskStudyConfig, task: str, out: Path, tokenizer, log):
-    """The task's ``DatasetDict`` (saved under ``out/data/<task>``, reloaded when present) and its training
-    rows (``train_rows.pt`` beside it: ids and loss mask). Returns ``(dataset, rows path, training length)``."""
+    """The task's ``DatasetDict`` per model seed (``{seed: dd}``; one under key ``None`` when the data does not
+    vary with the seed), each saved under ``out/data/<task>[/seed_<k>]`` and reloaded when present, with its
+    training rows beside it (``train_rows.pt``: ids and loss mask). The test splits are those of ``data.seed``
+    in every one. Returns ``({seed: dd}, {seed: rows path}, {seed: training length})``."""
     import datasets
 
     from ..data.tasks import build_task, encode_rows
     from ..training import RunData
 
-    folder = out / "data" / task
-    if (folder / "dataset_dict.json").exists():
-        dd = datasets.load_from_disk(str(folder))
-    else:
-        log(f"{task}: building {cfg.data.train} train, {cfg.data.validation} validation and {cfg.data.test} "
-            "examples per test split")
-        dd = build_task(task, train=cfg.data.train, validation=cfg.data.validation, test=cfg.data.test,
-                        seed=cfg.data.seed, **(cfg.tasks[task] or {}))
-        quiet = datasets.utils.are_progress_bars_disabled()
-        datasets.disable_progress_bars()
-        try:
-            dd.save_to_disk(str(folder))
-        finally:
-            if not quiet:
-                datasets.enable_progress_bars()
-    rows_path = folder / ROWS
-    if rows_path.exists():
-        length = int(load_rows(rows_path).train.shape[1])
-    else:
-        train = encode_rows(dd["train"]["text"], dd["train"]["answer_spans"], tokenizer)
-        length = max(len(ids) for ids, _ in train)
-        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-        val = encode_rows(dd["validation"]["text"][:EVAL_ROWS], dd["validation"]["answer_spans"][:EVAL_ROWS], tokenizer)
-        val = [(ids[:length], mask[:length]) for ids, mask in val]
-        ids, mask = training_rows(train, length, pad, cfg.data.loss)
-        save_rows(rows_path, RunData(ids, {task: training_rows(val, length, pad)[0]}, [task], mask))
-        log(f"{task}: {len(train)} training rows of {length} tokens (loss on {cfg.data.loss})")
-    return dd, rows_path, length
+    dsets, rows, lengths = {}, {}, {}
+    for seed, folder in _seed_folders(cfg, task, out).items():
+        where = "" if seed is None else f" (model seed {seed})"
+        if (folder / "dataset_dict.json").exists():
+            dd = datasets.load_from_disk(str(folder))
+        else:
+            log(f"{task}{where}: building {cfg.data.train} train, {cfg.data.validation} validation and "
+                f"{cfg.data.test} examples per test split")
+            dd = build_task(task, train=cfg.data.train, validation=cfg.data.validation, test=cfg.data.test,
+                            seed=cfg.data.seed, train_seed=seed, **(cfg.tasks[task] or {}))
+            quiet = datasets.utils.are_progress_bars_disabled()
+            datasets.disable_progress_bars()
+            try:
+                dd.save_to_disk(str(folder))
+            finally:
+                if not quiet:
+                    datasets.enable_progress_bars()
+        rows_path = folder / ROWS
+        if rows_path.exists():
+            length = int(load_rows(rows_path).train.shape[1])
+        else:
+            train = encode_rows(dd["train"]["text"], dd["train"]["answer_spans"], tokenizer)
+            length = max(len(ids) for ids, _ in train)
+            pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+            val = encode_rows(dd["validation"]["text"][:EVAL_ROWS], dd["validation"]["answer_spans"][:EVAL_ROWS],
+                              tokenizer)
+            val = [(ids[:length], mask[:length]) for ids, mask in val]
+            ids, mask = training_rows(train, length, pad, cfg.data.loss)
+            save_rows(rows_path, RunData(ids, {task: training_rows(val, length, pad)[0]}, [task], mask))
+            log(f"{task}{where}: {len(train)} training rows of {length} tokens (loss on {cfg.data.loss})")
+        dsets[seed], rows[seed], lengths[seed] = dd, rows_path, length
+    return dsets, rows, lengths
 
 
 def evaluate_task(cfg: TaskStudyConfig, task: str, dd, runs: list[Run], tokenizer, length: int,
@@ -126,6 +145,48 @@ def evaluate_task(cfg: TaskStudyConfig, task: str, dd, runs: list[Run], tokenize
     return out
 
 
+def validation_scores(cfg: TaskStudyConfig, task: str, dsets: dict, runs: list[Run], tokenizer, length: int,
+                      progress: bool = True) -> dict:
+    """Exact match and answer-token accuracy of every run on its validation split:
+    ``{steps: {(name, seed): (exact_match, token_accuracy)}}``."""
+    from tqdm.auto import tqdm
+
+    from ..evaluation import load_model
+    from ..evaluation.answers import exact_match
+
+    out: dict = {}
+    bar = tqdm(total=len(runs), desc=f"{task}: validation", unit="model", disable=not progress)
+    for run in runs:
+        split = dsets[run.seed if cfg.data.vary_with_seed else None]["validation"]
+        longest = max(len(t) for t in split["text"])
+        model = load_model(str(run.folder))
+        scores = exact_match(model, split, tokenizer, batch_size=max(1, cfg.eval.batch_size * length // max(longest,
+                             length)), n_resamples=1)
+        out.setdefault(run.steps, {})[(run.name, run.seed)] = (scores.metrics["exact_match"],
+                                                              scores.metrics["token_accuracy"])
+        del model
+        gc.collect()
+        bar.update(1)
+    bar.close()
+    return out
+
+
+def choose_budget(scores: dict) -> dict:
+    """The step count with the highest validation exact match, mean over the task's encodings and seeds (ties:
+    answer-token accuracy, then fewer steps), from :func:`validation_scores`; with the means per candidate."""
+    table = {}
+    for steps, per_run in sorted(scores.items()):
+        names = sorted({name for name, _ in per_run})
+        table[steps] = {"exact_match": float(sum(v[0] for v in per_run.values()) / len(per_run)),
+                        "token_accuracy": float(sum(v[1] for v in per_run.values()) / len(per_run)),
+                        "per_encoding": {n: float(sum(v[0] for (m, _), v in per_run.items() if m == n)
+                                                  / sum(1 for m, _ in per_run if m == n)) for n in names}}
+    chosen = max(table, key=lambda c: (table[c]["exact_match"], table[c]["token_accuracy"], -c))
+    return {"candidates": sorted(table), "chosen": chosen, "validation": table,
+            "rule": "highest validation exact match, mean over the task's encodings and seeds; ties: answer-token "
+                    "accuracy, then fewer steps"}
+
+
 class TaskSuite:
     """One part per task, each with its own encodings and train/data fields (``per_task``)."""
 
@@ -141,28 +202,50 @@ class TaskSuite:
         from ..data import load_tokenizer
 
         tokenizer = load_tokenizer(cfg.tokenizer)
-        dd, rows_path, length = prepare_task(part.cfg, part.name, out, tokenizer, log)
-        return Prepared(rows_path, length, {"dataset": dd, "tokenizer": tokenizer})
+        dsets, rows, lengths = prepare_task(part.cfg, part.name, out, tokenizer, log)
+        first = next(iter(rows))
+        return Prepared(rows[first], max(lengths.values()),
+                        {"datasets": dsets, "rows": rows, "lengths": lengths, "tokenizer": tokenizer})
 
     def plan(self, cfg: TaskStudyConfig, part: Part, out: Path) -> list[Run]:
-        return [Run(name, seed, patch_options(opts), run_folder(out / "models" / part.name, name, seed))
-                for name, opts in cfg.task_encodings(part.name).items() for seed in cfg.seeds]
+        """Every encoding and seed, once per candidate step count where the budget is chosen on validation
+        (``models/<task>/steps_<n>/``), else once (``models/<task>/``); each seed on its own rows where the data
+        varies with the seed."""
+        sized, root = part.cfg, out / "models" / part.name
+        budgets = [(c, root / f"steps_{c}") for c in sized.step_candidates(part.name)] or [(None, root)]
+        folders = _seed_folders(sized, part.name, out)
+        return [Run(name, seed, patch_options(opts), run_folder(where, name, seed),
+                    rows=folders[seed] / ROWS if sized.data.vary_with_seed else None, steps=steps)
+                for steps, where in budgets for name, opts in cfg.task_encodings(part.name).items()
+                for seed in cfg.seeds]
 
     def experiment(self, cfg: TaskStudyConfig, part: Part, prepared: Prepared, run: Run) -> dict:
         work = run.folder.with_name(run.folder.name + ".tmp")
-        return task_experiment(part.cfg, part.name, run.name, run.options, run.seed, work,
-                               block_size=prepared.length).to_dict()
+        sized = part.cfg
+        if run.steps is not None:
+            sized = dataclasses.replace(sized, train=dataclasses.replace(sized.train, steps=run.steps))
+        length = prepared.extra["lengths"][run.seed if sized.data.vary_with_seed else None]
+        return task_experiment(sized, part.name, run.name, run.options, run.seed, work, block_size=length).to_dict()
 
     def evaluate(self, cfg: TaskStudyConfig, part: Part, prepared: Prepared, runs: list[Run], progress: bool,
                  log) -> dict:
         from ..evaluation.positions import mean_statistics
 
-        task, dd = part.name, prepared.extra["dataset"]
+        task, dsets, tokenizer = part.name, prepared.extra["datasets"], prepared.extra["tokenizer"]
+        dd = next(iter(dsets.values()))  # the test splits: the same in every seed's data (those of data.seed)
+        budget = None
+        if part.cfg.step_candidates(task):
+            log(f"{task}: choosing the step budget on validation ({len(runs)} models)")
+            budget = choose_budget(validation_scores(part.cfg, task, dsets, runs, tokenizer, prepared.length,
+                                                     progress))
+            runs = [r for r in runs if r.steps == budget["chosen"]]
+            log(f"{task}: budget {budget['chosen']} steps (validation exact match "
+                + ", ".join(f"{c}: {v['exact_match']:.3f}" for c, v in budget["validation"].items()) + ")")
         log(f"{task}: scoring {len(runs)} models on the test splits")
         positions: dict = {}
-        scores = evaluate_task(part.cfg, task, dd, runs, prepared.extra["tokenizer"], prepared.length, progress,
-                               positions)
+        scores = evaluate_task(part.cfg, task, dd, runs, tokenizer, prepared.length, progress, positions)
         return {"scores": scores, "length": prepared.length, "lengths": {s: _mean_length(dd[s]) for s in dd},
+                "budget": budget, "steps": budget["chosen"] if budget else part.cfg.train.steps,
                 "positions": {name: {split: mean_statistics(v) for split, v in per.items()}
                               for name, per in positions.items()}}
 

@@ -14,6 +14,19 @@ fields replaced, so a study that must fit a time budget can give a hard task mor
 cheap comparison fewer models.
 ``comparisons`` lists ``[model, reference]`` pairs compared besides the baseline (paired on the examples,
 where both were trained on a task): trajectory against its own base encoding, CoPE against RoPE.
+
+Every encoding of a task trains the same number of steps: a step count is a field of the task's ``train``
+section, never of an encoding (an encoding entry holds patch options only; ``steps`` there is refused as an
+unknown patch option). ``budget.candidates`` (top level, or ``per_task.<task>.budget``) lets the study choose
+that number per task on the validation split: every encoding and seed is trained once per candidate step
+count, and the count with the highest validation exact match (mean over the task's encodings and seeds;
+ties: answer-token accuracy, then fewer steps) is the task's budget, the one whose models are scored on the
+test splits. The test splits play no part in the choice.
+
+``data.vary_with_seed`` (default true): each model seed trains on its own draw of the task's validation and
+train examples (drawn from ``data.seed`` and the model seed), so the spread across seeds includes the
+training data; the test splits are those of ``data.seed`` for every model (paired on the same examples).
+False: one draw for every seed.
 """
 
 from __future__ import annotations
@@ -35,7 +48,7 @@ from .config import (
     patch_options,
 )
 
-__all__ = ["LOSSES", "TaskData", "TaskEval", "TaskStudyConfig", "patch_config", "task_experiment"]
+__all__ = ["LOSSES", "TaskBudget", "TaskData", "TaskEval", "TaskStudyConfig", "patch_config", "task_experiment"]
 
 #: which tokens of a training row carry the loss: the answer tokens, or every token
 LOSSES = ("answers", "all")
@@ -48,6 +61,12 @@ class TaskData:
     test: int = 200  # examples in every test split (in distribution and out of distribution)
     seed: int = 0
     loss: str = "answers"  # answers: loss on the answer tokens only; all: on every token
+    vary_with_seed: bool = True  # each model seed its own validation and train examples (the test splits: data.seed's)
+
+
+@dataclass
+class TaskBudget:
+    candidates: list[int] = field(default_factory=list)  # step counts to choose from on validation; []: train.steps
 
 
 @dataclass
@@ -75,7 +94,8 @@ class TaskStudyConfig:
     train: StudyTrain = field(default_factory=StudyTrain)
     eval: TaskEval = field(default_factory=TaskEval)
     quick: list[str] = field(default_factory=list)
-    per_task: dict = field(default_factory=dict)  # task -> {encodings: [names], train: {...}, data: {...}}
+    budget: TaskBudget = field(default_factory=TaskBudget)
+    per_task: dict = field(default_factory=dict)  # task -> {encodings: [names], train, data, budget}
     comparisons: list[list[str]] = field(default_factory=list)  # [[model, reference], ...] besides the baseline
 
     def unavailable(self) -> dict[str, str]:
@@ -98,13 +118,19 @@ class TaskStudyConfig:
         return available if names is None else {n: available[n] for n in names if n in available}
 
     def for_task(self, task: str) -> TaskStudyConfig:
-        """This config with ``per_task.<task>.train`` and ``.data`` applied: what ``task``'s runs train with."""
+        """This config with ``per_task.<task>.train``, ``.data`` and ``.budget`` applied: what ``task``'s runs
+        train with."""
         plan = self.per_task.get(task) or {}
-        train, data = plan.get("train") or {}, plan.get("data") or {}
-        if not train and not data:
+        train, data, budget = plan.get("train") or {}, plan.get("data") or {}, plan.get("budget") or {}
+        if not train and not data and not budget:
             return self
         return dataclasses.replace(self, train=dataclasses.replace(self.train, **train),
-                                   data=dataclasses.replace(self.data, **data))
+                                   data=dataclasses.replace(self.data, **data),
+                                   budget=dataclasses.replace(self.budget, **budget))
+
+    def step_candidates(self, task: str) -> list[int]:
+        """The step counts ``task``'s budget is chosen from on validation; ``[]``: ``train.steps``, no choice."""
+        return sorted(self.for_task(task).budget.candidates)
 
     def task_comparisons(self, task: str) -> list[tuple[str, str]]:
         """The ``comparisons`` pairs whose two encodings were both trained on ``task``."""
@@ -137,6 +163,7 @@ class TaskStudyConfig:
         self._check_per_task(available)
         check_margin(self.equivalence_margin)
         _check_data(self.data)
+        _check_budget(self.budget)
         if self.eval.n_resamples < 1 or not 0 < self.eval.level < 1 or self.eval.batch_size < 1:
             raise ConfigError("eval: n_resamples >= 1, 0 < level < 1 and batch_size >= 1 are needed")
         task = next(iter(self.tasks))
@@ -156,8 +183,9 @@ class TaskStudyConfig:
             where = f"per_task.{task}"
             if task not in self.tasks:
                 raise ConfigError(f"{where}: {task!r} is not one of the study's tasks {list(self.tasks)}")
-            if not isinstance(plan, dict) or set(plan) - {"encodings", "train", "data"}:
-                raise ConfigError(f"{where}: expected a mapping of 'encodings', 'train' and/or 'data', got {plan!r}")
+            if not isinstance(plan, dict) or set(plan) - {"encodings", "train", "data", "budget"}:
+                raise ConfigError(f"{where}: expected a mapping of 'encodings', 'train', 'data' and/or 'budget', "
+                                  f"got {plan!r}")
             names = plan.get("encodings")
             if names is not None:
                 if not isinstance(names, list) or not names:
@@ -168,7 +196,7 @@ class TaskStudyConfig:
                 if self.baseline not in names:
                     raise ConfigError(f"{where}.encodings: the baseline {self.baseline!r} must be trained on every "
                                       "task (every difference is taken to it); add it to the list")
-            for section in ("train", "data"):
+            for section in ("train", "data", "budget"):
                 fields = {f.name for f in dataclasses.fields(getattr(self, section))}
                 value = plan.get(section) or {}
                 if not isinstance(value, dict) or set(value) - fields:
@@ -178,6 +206,7 @@ class TaskStudyConfig:
             try:
                 check_training_sections(sized)
                 _check_data(sized.data)
+                _check_budget(sized.budget)
             except (ConfigError, TypeError) as err:
                 raise ConfigError(f"{where}: {err}") from None
         check_comparisons(self.comparisons, self.encodings)
@@ -197,12 +226,21 @@ class TaskStudyConfig:
         return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def _check_budget(budget: TaskBudget) -> None:
+    c = budget.candidates
+    if not isinstance(c, list) or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in c) \
+            or len(set(c)) != len(c):
+        raise ConfigError(f"budget.candidates: a list of distinct step counts >= 1 (empty: train.steps), got {c!r}")
+
+
 def _check_data(data: TaskData) -> None:
     for key in ("train", "validation", "test"):
         if getattr(data, key) < 1:
             raise ConfigError(f"data.{key} must be >= 1, got {getattr(data, key)}")
     if data.loss not in LOSSES:
         raise ConfigError(f"data.loss: {data.loss!r} is not one of {LOSSES}")
+    if not isinstance(data.vary_with_seed, bool):
+        raise ConfigError(f"data.vary_with_seed: true or false, got {data.vary_with_seed!r}")
 
 
 def patch_config(opts: dict):

@@ -4,6 +4,7 @@ exact-match scoring against an oracle model and a perturbed one."""
 
 from __future__ import annotations
 
+import collections
 import re
 
 import numpy as np
@@ -136,15 +137,41 @@ def test_selective_copy_answers_and_blank_counts(built):
 
 
 def test_counting_answers_and_program_lengths(built):
-    lengths = {}
-    for split in ("test", "test_ood", "train"):
-        lengths[split] = []
+    lengths, values = {}, {}
+    for split in ("test", "test_ood", "test_ood_value", "train"):
+        lengths[split], values[split] = [], []
         for row in built["counting"][split]:
             steps, value, printed = _counting(row["text"])
             assert _answers(row) == [value] == [printed] and 0 <= int(value) <= 10
             lengths[split].append(steps)
-    assert max(lengths["test"] + lengths["train"]) <= 16 and min(lengths["test"] + lengths["train"]) >= 3
+            values[split].append(int(value))
+    in_distribution = lengths["test"] + lengths["train"] + lengths["test_ood_value"]
+    assert max(in_distribution) <= 16 and min(in_distribution) >= 3
     assert 17 <= min(lengths["test_ood"]) and max(lengths["test_ood"]) <= 32  # longer programs, never seen
+    # one shift per split: the length split has the in-distribution test's answers, value for value ...
+    assert sorted(values["test_ood"]) == sorted(values["test"])
+    # ... and the value split the in-distribution lengths with counts of 7 or more only
+    assert min(values["test_ood_value"]) >= 7 and sum(v >= 7 for v in values["test"]) < len(values["test"]) / 4
+
+
+def test_counting_at_the_default_size_keeps_the_answer_mix_out_of_distribution():
+    """At the study's size (200 per test split) the length split draws exactly the in-distribution answers,
+    where longer programs left alone would have 22% of answers at 7 or more."""
+    dd = build_task("counting", train=10, validation=2, test=200, seed=0)
+    counts = {s: collections.Counter(int(_counting(t)[1]) for t in dd[s]["text"]) for s in dd}
+    assert counts["test_ood"] == counts["test"] and sum(v for k, v in counts["test"].items() if k >= 7) <= 12
+    assert set(counts["test_ood_value"]) <= {7, 8, 9, 10} and sum(counts["test_ood_value"].values()) == 200
+
+
+@pytest.mark.parametrize("name", TASKS)
+def test_a_train_seed_draws_new_training_data_and_keeps_the_test_splits(built, name):
+    task = get_task(name)
+    one, two = (build_task(name, seed=0, train_seed=k, **SMALL) for k in (1, 2))
+    for s in task.test_splits:
+        assert one[s]["text"] == two[s]["text"] == built[name][s]["text"]
+    assert one["train"]["text"] != two["train"]["text"] != built[name]["train"]["text"]
+    tests = {t for s in task.test_splits for t in built[name][s]["text"]}
+    assert not tests & (set(one["train"]["text"]) | set(one["validation"]["text"]))  # never a test text
 
 
 def test_passkey_answers_and_filler_lengths(built):
@@ -220,7 +247,7 @@ def test_intervals_over_examples_and_seeds():
     assert one["ci"] == pytest.approx(one["ci_examples"], abs=0.03)
     differ = accuracy_intervals(np.stack([np.ones(50), np.zeros(50)]), n_resamples=300)
     assert differ["mean"] == 0.5 and differ["ci_seeds"] == (0.0, 1.0)
-    assert differ["ci"][0] < 0.0 and differ["ci"][1] > 1.0, "two seeds at 0 and 1: t on 1 degree of freedom"
+    assert differ["ci"] == (0.0, 1.0), "two seeds at 0 and 1: t on 1 degree of freedom, cut to [0, 1]"
     assert differ["ci_examples"] == pytest.approx((0.5, 0.5))  # every example: one seed right, one wrong
     d = paired_difference(same, np.ones((2, 50)), n_resamples=300)
     assert d["difference"] == pytest.approx(1 - same.mean()) and d["ci"][0] > 0

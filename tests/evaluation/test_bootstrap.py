@@ -85,3 +85,50 @@ def test_different_sequences_are_refused():
 ])
 def test_verdicts(ci, ctype, expected):
     assert verdict(ci, ctype) == expected
+
+
+def test_three_seeds_give_the_t_interval_computed_by_hand():
+    """Every sequence alike (so the sequence bootstrap adds nothing); per seed the baseline's perplexity is 10
+    and the encoding's 9, 8 and 7: per-seed deltas 10, 20 and 30%, mean perplexity 8, delta 20%. By hand:
+    se = sd(10, 20, 30) / sqrt(3) = 5.7735, t(0.975, 2) = 4.302653: [20 - 24.841, 20 + 24.841]; p = 0.0742
+    (scipy.stats.t). The percentile bootstrap of three seeds called this significant."""
+    count = np.full(20, 50.0)
+    base = np.tile(count * math.log(10.0), (3, 1))
+    enc = np.stack([count * math.log(p) for p in (9.0, 8.0, 7.0)])
+    d = delta_with_intervals(base, count, enc, count, n_resamples=300)
+    assert d["delta_pct"] == pytest.approx(20.0)
+    assert d["ci"] == pytest.approx((20.0 - 24.841377, 20.0 + 24.841377), abs=1e-4)
+    assert d["ci_equivalence"] == pytest.approx((20.0 - 16.858545, 20.0 + 16.858545), abs=1e-4)
+    assert d["p_value"] == pytest.approx(0.0741799, abs=1e-6) and d["df"] == 2
+    assert d["method"] == "t over 3 seeds (paired by seed) plus examples"
+    assert d["ci_bootstrap"][0] > 0  # the two-level percentile bootstrap: kept for comparison, too narrow
+
+
+def _twenty_percent_better():
+    """Baseline perplexity 10 on every seed, the encoding 8.4, 8.0 and 7.6: per-seed deltas 16, 20, 24%, delta
+    20%, se = 4 / sqrt(3), p = 2 P(T_2 > 8.660) = 0.013072 (scipy.stats.t)."""
+    count = np.full(20, 50.0)
+    base = np.tile(count * math.log(10.0), (3, 1))
+    enc = np.stack([count * math.log(p) for p in (8.4, 8.0, 7.6)])
+    return delta_with_intervals(base, count, enc, count, n_resamples=200)
+
+
+def test_a_content_report_judges_its_deltas_together_by_holm():
+    """The same 20% delta (raw p 0.0131) on five content types: alone each is better; judged together, Holm
+    gives 5 x 0.0131 = 0.0654 and the report says better for none. On random content an improvement whose own
+    interval excludes 0 stays flagged: the alarm is not adjusted."""
+    from hf_trajpe.evaluation.evaluate_models import judge_deltas
+
+    alone = {"code_hierarchy": {128: _twenty_percent_better()}}
+    assert alone["code_hierarchy"][128]["p_value"] == pytest.approx(0.0130725, abs=1e-6)
+    assert judge_deltas([("rope", "learned", alone)], margin=2.0) == 1
+    assert alone["code_hierarchy"][128]["verdict"] == "better"
+    types = ["linear_progression", "convergent_flow", "circular_patterns", "dialogue_structure", "random_content"]
+    together = {t: {128: _twenty_percent_better()} for t in types}
+    assert judge_deltas([("rope", "learned", together)], margin=2.0) == 5
+    for t in types:
+        d = together[t][128]
+        assert d["p_holm"] == pytest.approx(0.0653623, abs=1e-6) and d["significance"] == "no significant difference"
+    verdict = together["linear_progression"][128]["verdict"]
+    assert verdict == "no significant difference; not shown equivalent within ±2%"
+    assert together["random_content"][128]["verdict"] == HARNESS_PROBLEM

@@ -60,6 +60,7 @@ def test_answer_rows_split_the_task_text_at_its_last_answer(data):
 def test_tags_expand_to_the_tasks_the_folder_holds(data):
     assert expand_tasks(["hf_trajpe_ppl", "hf_trajpe_answers", "hf_trajpe_passkey"], data) == [
         *(f"hf_trajpe_ppl_{t}" for t in TYPES), "hf_trajpe_counting", "hf_trajpe_counting_ood",
+        "hf_trajpe_counting_ood_value",
         "hf_trajpe_passkey_1x", "hf_trajpe_passkey_2x", "hf_trajpe_passkey_4x"]
 
 

@@ -19,9 +19,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from reference import cope_attention  # noqa: E402
 
 
-def _patch(model, npos_max: int = 6, seed: int = 7, std: float = 1.0):
+def _patch(model, npos_max: int = 6, seed: int = 7, std: float = 1.0, **options):
     """A cope patch with random (non-zero) position vectors: at patch time they are zero."""
-    handle = hf_trajpe.patch(model, "cope", npos_max=npos_max)
+    handle = hf_trajpe.patch(model, "cope", npos_max=npos_max, **options)
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in handle.state.scheme.vectors:
@@ -41,18 +41,21 @@ def _left_padded(model, lengths=(12, 7), seed=3):
 
 
 # -- (a) the attention against the NumPy reference ------------------------------------------------
+@pytest.mark.parametrize("scale", ["unscaled", "sqrt_d"])
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
 @pytest.mark.parametrize("family", CAUSAL)
-def test_attention_equals_numpy_reference(family, attn, monkeypatch):
+def test_attention_equals_numpy_reference(family, attn, scale, monkeypatch):
     """Record the inputs and output of every patched attention call (q/k/v as the attention function
     gets them: GPT-2 has no rotary, the rotary families get the identity rotation) and recompute the
     output from the paper's formulas: left-padded batch, GQA (the Llama family: 4 query heads on 2
-    key/value heads), a scaling per layer (GPT-2), positions clamped at npos_max."""
+    key/value heads), a scaling per layer (GPT-2), positions clamped at npos_max; the position logits
+    as the paper's listing adds them (``unscaled``) or divided by sqrt(head width) as the reference
+    repository does (``sqrt_d``)."""
     from transformers import AttentionInterface
 
     overrides = {"scale_attn_by_inverse_layer_idx": True} if family == "gpt2" else {}  # a scaling per layer
     model = build(family, attn, **overrides)
-    handle = _patch(model, npos_max=5)
+    handle = _patch(model, npos_max=5, position_logit_scale=scale)
     name = model.config._attn_implementation
     ours = AttentionInterface._global_mapping[name]
     calls = []
@@ -71,8 +74,9 @@ def test_attention_equals_numpy_reference(family, attn, monkeypatch):
         assert scaling == module.scaling
         for r in range(ids.shape[0]):
             real = mask[r].bool().numpy()
+            head_width = q.shape[-1]
             want = cope_attention(q[r].numpy(), k[r].numpy(), v[r].numpy(), vectors[index].detach().numpy(),
-                                  scaling, real)
+                                  scaling, real, position_scale=1.0 if scale == "unscaled" else head_width ** -0.5)
             got_r = got[r].transpose(0, 1).double().numpy()  # [h, n, e]
             np.testing.assert_allclose(got_r[:, real], want[:, real], rtol=1e-4, atol=1e-5)
     handle.unpatch()
@@ -167,8 +171,14 @@ def test_fresh_patch_is_nope_and_vectors_move_it(family):
 # -- (d) options, save/reload, gradients -----------------------------------------------------------
 def test_options_route_validate_and_save(tmp_path):
     config = PatchConfig.from_options("cope", npos_max=32, max_positions=100)
-    assert config.scheme_options == {"npos_max": 32} and config.max_positions == 100
-    assert PatchConfig("cope").scheme_options == {"npos_max": 64}  # filled in, so a reload keeps it
+    defaults = {"npos_max": 64, "position_logit_scale": "unscaled"}  # the paper's listing: q.e(p) added as it is
+    assert config.scheme_options == {**defaults, "npos_max": 32} and config.max_positions == 100
+    assert PatchConfig("cope").scheme_options == defaults  # filled in, so a reload keeps it
+    # a patch saved before position_logit_scale existed reloads with the behaviour it was trained with
+    assert PatchConfig.from_dict({"encoding": "cope", "scheme_options": {"npos_max": 8}}).scheme_options == {
+        **defaults, "npos_max": 8}
+    with pytest.raises(ValueError, match="position_logit_scale .* 'unscaled', 'sqrt_d'"):
+        PatchConfig.from_options("cope", position_logit_scale="sqrt")
     assert "scheme_options" not in PatchConfig("rope").to_dict()  # files of other encodings as before
     assert PatchConfig.from_dict({"encoding": "alibi"}) == PatchConfig("alibi")
     with pytest.raises(TypeError, match=r"supported options: .*max_positions.*options of cope: npos_max"):
@@ -183,7 +193,8 @@ def test_options_route_validate_and_save(tmp_path):
     with pytest.raises(ValueError, match="names none"):
         PatchConfig("native", scheme_options={"npos_max": 3})
     config.save(tmp_path)
-    assert json.loads((tmp_path / "hf_trajpe_config.json").read_text())["scheme_options"] == {"npos_max": 32}
+    assert json.loads((tmp_path / "hf_trajpe_config.json").read_text())["scheme_options"] == {
+        "npos_max": 32, "position_logit_scale": "unscaled"}
     assert PatchConfig.load(tmp_path) == config
 
 
@@ -191,7 +202,7 @@ def test_save_reload_is_exact_and_needs_the_state_file(tmp_path):
     model = build("llama")
     ids = random_ids(20, b=2)
     handle = _patch(model, npos_max=16)
-    assert handle.plan.describe() == "cope (npos_max=16)"
+    assert handle.plan.describe() == "cope (npos_max=16, position_logit_scale=unscaled)"
     want = output(model, input_ids=ids)
     model.save_pretrained(tmp_path)
     back = hf_trajpe.from_pretrained(tmp_path, dtype=torch.float32).eval()
@@ -236,3 +247,16 @@ def test_refused_on_bidirectional_models_and_flex():
     with pytest.raises(NotImplementedError, match="eager, sdpa"):
         hf_trajpe.patch(model, "cope")
     assert "hf_trajpe" not in model._modules
+
+
+def test_a_model_trained_before_position_logit_scale_counts_as_unscaled():
+    """The study reuses a finished model only when its saved patch is what the config asks for: a CoPE
+    patch saved without ``position_logit_scale`` was trained unscaled (the only behaviour then)."""
+    from hf_trajpe.study.runs import same_patch
+
+    saved = PatchConfig.from_options("cope", npos_max=256).to_dict()
+    saved["scheme_options"] = {"npos_max": 256}  # as written before the option existed
+    assert same_patch(saved, {"encoding": "cope", "npos_max": 256})
+    assert same_patch(saved, {"encoding": "cope", "npos_max": 256, "position_logit_scale": "unscaled"})
+    assert not same_patch(saved, {"encoding": "cope", "npos_max": 256, "position_logit_scale": "sqrt_d"})
+    assert not same_patch(saved, {"encoding": "cope", "npos_max": 128})

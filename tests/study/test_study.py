@@ -141,7 +141,9 @@ def test_random_control_against_exact_values():
 
 
 def test_best_strength_needs_a_significant_gain_and_checks_the_claim():
-    d = lambda m, lo, hi: {"delta_pct": m, "ci": (lo, hi)}  # noqa: E731
+    def d(m, lo, hi, sig=None):
+        return {"delta_pct": m, "ci": (lo, hi), "significance": sig or ("better" if lo > 0 else "no")}
+
     got = best_strength({0.1: d(1.0, -0.5, 2.0), 0.3: d(3.0, 1.0, 5.0)}, "circular_patterns")
     assert got["best"] == 0.3 and got["significant"] and got["in_claimed_range"]  # claimed 0.2-0.3
     got = best_strength({0.1: d(4.0, 1.0, 6.0), 0.3: d(3.0, 1.0, 5.0)}, "circular_patterns")
@@ -149,6 +151,9 @@ def test_best_strength_needs_a_significant_gain_and_checks_the_claim():
     got = best_strength({0.1: d(0.5, -1.0, 2.0)}, "linear_progression")
     assert got["best"] == 0.0 and not got["significant"] and got["in_claimed_range"] is False
     assert best_strength({0.1: d(0.5, -1.0, 2.0)}, "random_content")["in_claimed_range"] is True
+    # an interval above 0 whose Holm-adjusted p is not below 5% is no best strength
+    got = best_strength({0.3: d(3.0, 1.0, 5.0, sig="no significant difference")}, "circular_patterns")
+    assert got["best"] == 0.0 and not got["significant"] and got["in_claimed_range"] is False
 
 
 def report_deltas(paths) -> dict:

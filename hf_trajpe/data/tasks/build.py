@@ -25,16 +25,19 @@ def _features():
 
 def build_task(name: str, train: int = DEFAULT_TASK_SIZES["train"],
                validation: int = DEFAULT_TASK_SIZES["validation"], test: int = DEFAULT_TASK_SIZES["test"],
-               seed: int = 0, **options):
+               seed: int = 0, train_seed: int | None = None, **options):
     """One task as a ``datasets.DatasetDict``; ``test`` is the size of every test split, ``options`` the
-    task's (see its module, or ``get_task(name).defaults``). Deterministic given the seed, sizes and options."""
+    task's (see its module, or ``get_task(name).defaults``). Deterministic given the seeds, sizes and options.
+    ``train_seed``: validation and train drawn from ``(seed, train_seed)``, the test splits still from ``seed``
+    alone (a study's model seed: new training data per seed, the same test examples for every model)."""
     import datasets
 
     task = get_task(name)
     sizes = {"train": train, "validation": validation, "test": test}
     if any(v < 0 for v in sizes.values()):
         raise ValueError(f"split sizes must be >= 0, got {sizes}")
-    rows = task.make_splits(sizes, seed, **task.check_options(options))
+    stream = {} if train_seed is None else {"train_seed": int(train_seed)}
+    rows = task.make_splits(sizes, seed, **stream, **task.check_options(options))
     feats = _features()
     return datasets.DatasetDict({
         split: datasets.Dataset.from_dict({k: [r[k] for r in rows[split]] for k in feats}, features=feats)

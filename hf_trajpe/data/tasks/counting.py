@@ -11,11 +11,21 @@ set, and its value, the answer::
     pass; pass; b = 0 ; pass; b ++; pass; pass; b ++; pass; print b 2
 
 The reference draws the number of statements from 3 to 512 with ``pass_weight`` 50; here from 3 to
-``max_steps`` (16 by default, at most 117 characters) in distribution, and ``test_ood`` draws longer
-programs, ``max_steps + 1`` to ``2 * max_steps`` statements. At 16 statements the reference's weight
-50 leaves about two increments per program (59% of answers are 0, and only 1,616 of 3,000 programs
+``max_steps`` (16 by default, at most 117 characters) in distribution. At 16 statements the reference's
+weight 50 leaves about two increments per program (59% of answers are 0, and only 1,616 of 3,000 programs
 drawn are distinct), so the CPU default is ``pass_weight`` 10 (answers 0 to 10, the commonest 28%);
 ``pass_weight=50`` gives the reference's mix.
+
+Two out-of-distribution splits, each changing one thing. Longer programs also hold larger counts (at the
+defaults, answers of 7 or more are 2% of the in-distribution programs and 22% of those of 17-32
+statements), so a plain "longer programs" split would mix a length shift with a value shift:
+
+- ``test_ood`` (length): ``max_steps + 1`` to ``2 * max_steps`` statements, with exactly as many programs
+  per answer value as ``test`` has (:class:`~.registry.Matched`): the answers are those of the in-distribution
+  test, only the programs are longer;
+- ``test_ood_value`` (value): in-distribution lengths, answers from ``ood_min_value`` up (default 7, or
+  ``max_steps // 2`` where programs are shorter than 14 statements): counts the models rarely saw in
+  training, in programs as long as those they trained on.
 """
 
 from __future__ import annotations
@@ -24,14 +34,16 @@ import random
 import string
 from functools import partial
 
-from .registry import Task, register_task, task_splits
+from .registry import Matched, Task, register_task, task_splits
 
-__all__ = ["MAX_VALUE", "REFERENCE_WEIGHTS", "generate"]
+__all__ = ["MAX_VALUE", "REFERENCE_WEIGHTS", "answer_of", "generate"]
 
 MAX_VALUE = 10
 REFERENCE_WEIGHTS = {"set": 1, "pass": 50, "increment": 7}  # the reference's OP_WEIGHTS (SET, DUMMY, INCREMENT)
 DEFAULTS = {"variables": 3, "min_steps": 3, "max_steps": 16, "ood_min_steps": None, "ood_max_steps": None,
-            "pass_weight": 10}
+            "pass_weight": 10, "ood_min_value": None}
+#: the smallest answer of ``test_ood_value`` by default (``ood_min_value: None``; ``max_steps // 2`` if lower)
+OOD_MIN_VALUE = 7
 
 
 class _Fail(Exception):
@@ -78,15 +90,37 @@ def generate(rng: random.Random, variables: int, min_steps: int, max_steps: int,
     raise RuntimeError("counting: no program with a variable set in 1000 tries")
 
 
-def make_splits(sizes, seed, variables, min_steps, max_steps, ood_min_steps, ood_max_steps, pass_weight):
+def answer_of(example) -> int:
+    """The answer of a generated ``(text, spans, source)``: the printed value."""
+    text, spans, _ = example
+    return int(text[spans[0][0]:spans[0][1]])
+
+
+def _at_least(rng: random.Random, generate, min_value: int, tries: int = 100_000):
+    for _ in range(tries):
+        example = generate(rng)
+        if answer_of(example) >= min_value:
+            return example
+    raise RuntimeError(f"counting: no program with an answer >= {min_value} in {tries} tries (lower ood_min_value)")
+
+
+def make_splits(sizes, seed, variables, min_steps, max_steps, ood_min_steps, ood_max_steps, pass_weight,
+                ood_min_value, train_seed=None):
     ood_lo = max_steps + 1 if ood_min_steps is None else ood_min_steps
     ood_hi = 2 * max_steps if ood_max_steps is None else ood_max_steps
+    if ood_min_value is None:
+        ood_min_value = max(1, min(OOD_MIN_VALUE, max_steps // 2))
+    if not 1 <= ood_min_value <= min(MAX_VALUE, max_steps - 1):
+        raise ValueError(f"counting: ood_min_value must be from 1 to {min(MAX_VALUE, max_steps - 1)} (a count of n "
+                         f"takes a SET and n increments, so at most max_steps - 1), got {ood_min_value}")
     gen = partial(generate, variables=variables, pass_weight=pass_weight)
+    in_distribution = partial(gen, min_steps=min_steps, max_steps=max_steps)
     return task_splits("counting", {
-        "test": partial(gen, min_steps=min_steps, max_steps=max_steps),
-        "test_ood": partial(gen, min_steps=ood_lo, max_steps=ood_hi),
-        "train": partial(gen, min_steps=min_steps, max_steps=max_steps),
-    }, sizes, seed)
+        "test": in_distribution,
+        "test_ood": Matched(partial(gen, min_steps=ood_lo, max_steps=ood_hi), like="test", key=answer_of),
+        "test_ood_value": partial(_at_least, generate=in_distribution, min_value=ood_min_value),
+        "train": in_distribution,
+    }, sizes, seed, train_seed)
 
 
 register_task(Task(
@@ -95,7 +129,8 @@ register_task(Task(
     paper="Golovneva et al. 2024, Contextual Position Encoding (arXiv:2405.18719), counting task; format of "
           "facebookresearch/RAM projects/cope/scripts/count_data_gen.py",
     test_splits={"test": "3 to max_steps statements, in distribution",
-                 "test_ood": "max_steps + 1 to 2 x max_steps statements: longer programs"},
+                 "test_ood": "max_steps + 1 to 2 x max_steps statements, the answers of `test`: longer programs only",
+                 "test_ood_value": "in-distribution lengths, answers >= ood_min_value: larger counts only"},
     make_splits=make_splits,
     defaults=DEFAULTS,
 ))

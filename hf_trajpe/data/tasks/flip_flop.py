@@ -46,14 +46,14 @@ def generate(rng: random.Random, instructions: int, p_ignore: float) -> tuple[st
     return "".join(chars), spans, f"generated:flip_flop/p_i={p_ignore:g}/instructions={instructions}"
 
 
-def make_splits(sizes, seed, instructions, p_ignore, p_ignore_sparse, p_ignore_dense):
+def make_splits(sizes, seed, instructions, p_ignore, p_ignore_sparse, p_ignore_dense, train_seed=None):
     gen = partial(generate, instructions=instructions)
     return task_splits("flip_flop", {
         "test": partial(gen, p_ignore=p_ignore),
         "test_ood_sparse": partial(gen, p_ignore=p_ignore_sparse),
         "test_ood_dense": partial(gen, p_ignore=p_ignore_dense),
         "train": partial(gen, p_ignore=p_ignore),
-    }, sizes, seed)
+    }, sizes, seed, train_seed)
 
 
 register_task(Task(

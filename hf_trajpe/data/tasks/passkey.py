@@ -48,12 +48,12 @@ def generate(rng: random.Random, length: int) -> tuple[str, list[list[int]], str
     return text, [[len(text) - 5, len(text)]], f"generated:passkey/length={length}/depth={at}of{len(filler)}"
 
 
-def make_splits(sizes, seed, length):
+def make_splits(sizes, seed, length, train_seed=None):
     generators = {"test": partial(generate, length=length)}
     for m in MULTIPLIERS:
         generators[f"test_{m}x"] = partial(generate, length=m * length)
     generators["train"] = partial(generate, length=length)
-    return task_splits("passkey", generators, sizes, seed)
+    return task_splits("passkey", generators, sizes, seed, train_seed)
 
 
 register_task(Task(

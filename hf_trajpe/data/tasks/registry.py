@@ -13,7 +13,9 @@ which must keep meaning the seven types of docs/spec.md, section 3.
 Splits are drawn like the content types' (``hf_trajpe.data.registry.generated_splits``): one seeded
 stream per task, the test splits first (in the task's order), then validation, then train, every
 text unique across all splits. So a test split depends only on the seed, the test size and the
-options, never on the train size.
+options, never on the train size. With a ``train_seed``, validation and train come from a second stream
+(``seed`` and ``train_seed``): a study draws new training data per model seed and scores every model on
+the same test splits. A test split can be :class:`Matched` to an earlier one (the same mix of answers).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field
 
 from ..registry import seeded_rng
 
-__all__ = ["TASK_REGISTRY", "Task", "get_task", "register_task", "task_names", "task_splits"]
+__all__ = ["TASK_REGISTRY", "Matched", "Task", "get_task", "register_task", "task_names", "task_splits"]
 
 Row = dict  # {"text": str, "answer_spans": [[start, end], ...], "source": str}
 Example = tuple[str, list[list[int]], str]  # (text, answer_spans, source)
@@ -79,23 +81,43 @@ def get_task(name: str) -> Task:
         raise ValueError(f"unknown task {name!r}; known: {task_names()}") from None
 
 
-def task_splits(name: str, generators: Mapping[str, Callable[[random.Random], Example]],
-                sizes: Mapping[str, int], seed: int) -> dict[str, list[Row]]:
+@dataclass(frozen=True)
+class Matched:
+    """A test split whose mix of ``key`` (say, the answer value) is that of the earlier split ``like``: rows
+    of ``generate`` are drawn until each value has as many rows as in ``like`` (rows whose value is already
+    full are dropped), so the split differs from ``like`` only in what ``generate`` changes."""
+
+    generate: Callable[[random.Random], Example]
+    like: str
+    key: Callable[[Example], object]
+    max_draws_per_row: int = 2000
+
+
+def task_splits(name: str, generators: Mapping[str, Callable[[random.Random], Example] | Matched],
+                sizes: Mapping[str, int], seed: int, train_seed: int | None = None) -> dict[str, list[Row]]:
     """Unique rows per split from ``generators[split](rng) -> (text, spans, source)``.
 
-    ``generators`` maps each test split, in order, to its generator, and ``"train"`` to the generator
-    of validation and train. ``sizes["test"]`` is the size of every test split."""
+    ``generators`` maps each test split, in order, to its generator (or a :class:`Matched`), and ``"train"``
+    to the generator of validation and train. ``sizes["test"]`` is the size of every test split (a
+    :class:`Matched` split has the size of the split it matches). ``train_seed``: validation and train come
+    from a stream of their own seeded by ``(seed, train_seed)`` (the test splits stay those of ``seed``, and
+    no training text is a test text); ``None``: the one stream of ``seed`` continues after the test splits."""
     rng = seeded_rng(f"task:{name}", seed)
     seen: set[str] = set()
     out: dict[str, list[Row]] = {}
     order = [s for s in generators if s != "train"] + ["validation", "train"]
     for split in order:
+        if split == "validation" and train_seed is not None:
+            rng = seeded_rng(f"task:{name}:train", f"{seed}:{train_seed}")
         want = int(sizes.get("test" if split.startswith("test") else split, 0))
-        generate = generators["train" if split == "validation" else split]
+        spec = generators["train" if split == "validation" else split]
+        if isinstance(spec, Matched):
+            out[split] = _matched(name, split, spec, out, rng, seen)
+            continue
         rows: list[Row] = []
         misses = 0
         while len(rows) < want:
-            text, spans, source = generate(rng)
+            text, spans, source = spec(rng)
             if text in seen:
                 misses += 1
                 if misses > 100 + want:
@@ -105,3 +127,30 @@ def task_splits(name: str, generators: Mapping[str, Callable[[random.Random], Ex
             rows.append({"text": text, "answer_spans": spans, "source": source})
         out[split] = rows
     return out
+
+
+def _matched(name: str, split: str, spec: Matched, out: dict[str, list[Row]], rng: random.Random,
+             seen: set[str]) -> list[Row]:
+    if spec.like not in out:
+        raise ValueError(f"{name}/{split}: matches split {spec.like!r}, which must come before it")
+    quota: dict = {}
+    for r in out[spec.like]:
+        k = spec.key((r["text"], r["answer_spans"], r["source"]))
+        quota[k] = quota.get(k, 0) + 1
+    want = sum(quota.values())
+    rows: list[Row] = []
+    for _ in range(spec.max_draws_per_row * max(1, want)):
+        if len(rows) == want:
+            return rows
+        example = spec.generate(rng)
+        k = spec.key(example)
+        if quota.get(k, 0) == 0 or example[0] in seen:
+            continue
+        quota[k] -= 1
+        seen.add(example[0])
+        rows.append({"text": example[0], "answer_spans": example[1], "source": example[2]})
+    if len(rows) == want:
+        return rows
+    missing = {k: v for k, v in quota.items() if v}
+    raise RuntimeError(f"{name}/{split}: could not draw rows with the mix of {spec.like!r}: still missing "
+                       f"{missing} after {spec.max_draws_per_row * want} draws (make the test split smaller)")

@@ -35,14 +35,14 @@ def generate(rng: random.Random, tokens: int, blanks: int) -> tuple[str, list[li
     return text, [[start, len(text)]], f"generated:selective_copy/tokens={tokens}/blanks={blanks}"
 
 
-def make_splits(sizes, seed, tokens, blanks, blanks_sparse, blanks_dense):
+def make_splits(sizes, seed, tokens, blanks, blanks_sparse, blanks_dense, train_seed=None):
     gen = partial(generate, tokens=tokens)
     return task_splits("selective_copy", {
         "test": partial(gen, blanks=blanks),
         "test_ood_sparse": partial(gen, blanks=blanks_sparse),
         "test_ood_dense": partial(gen, blanks=blanks_dense),
         "train": partial(gen, blanks=blanks),
-    }, sizes, seed)
+    }, sizes, seed, train_seed)
 
 
 register_task(Task(

@@ -11,6 +11,13 @@ for the gates (attention costs two to three times as much: docs/patching.md, CoP
 The vectors are per self-attention module, ``[head_width, npos_max]`` each (shared by the heads of
 the module), zero at patch time as in the reference implementation: a freshly patched model has no
 positional signal until they are trained.
+
+``position_logit_scale``: how ``q_i . e(p_ij)`` enters the logits. ``"unscaled"`` (the default, the
+paper's code listing: added to the already scaled ``q . k`` logits as it is) or ``"sqrt_d"`` (the reference
+repository, facebookresearch/RAM ``projects/cope``: it divides ``q . k + q . e`` by ``sqrt(head_width)``
+together, so the position term is divided by ``sqrt(head_width)`` too). The two are the same family of
+models (``e`` rescaled by ``sqrt(head_width)``); from zero vectors only the effective learning rate of ``e``
+differs, which is what a study may want to match.
 """
 
 from __future__ import annotations
@@ -22,6 +29,8 @@ from .scheme import Scheme, register_scheme
 
 #: the most learned positions (the same bound as ``max_positions``)
 MAX_NPOS = 2**20
+#: ``position_logit_scale`` -> the factor of ``q . e(p)`` given the head width
+POSITION_LOGIT_SCALES = {"unscaled": lambda head_width: 1.0, "sqrt_d": lambda head_width: head_width ** -0.5}
 
 
 @register_scheme
@@ -38,13 +47,17 @@ class Cope(Scheme):
         "flex_attention": "its positions are cumulative sums of gates over each query's keys, which a flex "
                           "score_mod cannot compute; the precomputed term would cost what sdpa costs",
     }
-    options = {"npos_max": 64}
+    options = {"npos_max": 64, "position_logit_scale": "unscaled"}
 
     @classmethod
     def check_option(cls, name: str, value: object) -> object:
         if name == "npos_max":
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_NPOS:
                 raise ValueError(f"npos_max (cope) must be an integer from 1 to {MAX_NPOS:,}, got {value!r}")
+        if name == "position_logit_scale" and value not in POSITION_LOGIT_SCALES:
+            names = ", ".join(map(repr, POSITION_LOGIT_SCALES))
+            raise ValueError(f"position_logit_scale (cope) must be one of {names} (the paper's listing, or the "
+                             f"reference repository's division by sqrt(head width)); got {value!r}")
         return value
 
     @classmethod
@@ -56,6 +69,8 @@ class Cope(Scheme):
     def __init__(self, plan) -> None:
         super().__init__(plan)
         self.npos_max = int(plan.config.scheme_options["npos_max"])
+        self.position_logit_scale = str(plan.config.scheme_options.get("position_logit_scale", "unscaled"))
+        self.position_factor = float(POSITION_LOGIT_SCALES[self.position_logit_scale](plan.head_dim))
         self.vectors = nn.ParameterList(
             nn.Parameter(torch.zeros(plan.head_dim, self.npos_max)) for _ in range(plan.attention_modules)
         )
@@ -70,6 +85,8 @@ class Cope(Scheme):
         # p_ij = sum_{k >= j} g_ik, summed from the query back (a masked key adds nothing)
         positions = gates.flip(-1).cumsum_(dim=-1).flip(-1).clamp_(max=self.npos_max - 1)
         at_rows = torch.matmul(query, self.vectors[index].to(query.dtype)).to(acc)  # [b, h, n, npos]: q . e[p]
+        if self.position_factor != 1.0:
+            at_rows = at_rows * self.position_factor
         slopes = torch.diff(at_rows, dim=-1, append=at_rows[..., -1:])  # q . (e[p + 1] - e[p]); 0 at the end
         floor = positions.floor()
         rows = floor.long()
@@ -77,4 +94,5 @@ class Cope(Scheme):
         return torch.addcmul(at_rows.gather(-1, rows), weight, slopes.gather(-1, rows)).to(query.dtype)
 
     def extra_repr(self) -> str:
-        return f"{self.name}, npos_max={self.npos_max}, layers={len(self.vectors)}"
+        return (f"{self.name}, npos_max={self.npos_max}, position_logit_scale={self.position_logit_scale}, "
+                f"layers={len(self.vectors)}")
