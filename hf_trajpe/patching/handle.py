@@ -117,6 +117,11 @@ class PatchHandle:
         self.active = True
 
     @property
+    def configs(self) -> tuple[PatchConfig, ...]:
+        """``(config,)``: the configs of the patches behind this handle (as :attr:`LayerMapHandle.configs`)."""
+        return (self.config,)
+
+    @property
     def layers(self) -> tuple[int, ...] | None:
         """The attention layers this patch applies to (indices in model order); ``None``: every layer."""
         return self.plan.layers

@@ -44,13 +44,12 @@ def check_run_folder(run: Run) -> None:
 def same_patch(saved: dict | None, options: dict | None) -> bool:
     """Whether a saved ``PatchConfig`` dict is what ``options`` ask for (``"embeddings"`` scales were
     resolved to a number when patching, so any number matches them)."""
-    from ..patching import PatchConfig
+    from .config import patch_value
 
     if saved is None or options is None:
         return saved is None and options is None
     # flat options as hf_trajpe.patch takes them (a scheme's own, e.g. cope's npos_max, beside the common ones)
-    want = (PatchConfig.from_options(**options) if hasattr(PatchConfig, "from_options")
-            else PatchConfig(**options)).to_dict()
+    want = patch_value(options).to_dict()
     if want.get("sinusoid_scale") == "embeddings":
         want["sinusoid_scale"] = saved.get("sinusoid_scale")
     drop = ("version",)

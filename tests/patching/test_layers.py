@@ -296,7 +296,8 @@ def test_layer_selections_that_cannot_apply_are_refused_with_the_reason():
         hf_trajpe.patch(model, "rope", rotary_fraction=0.33)
     assert get_handle(model) is None
     nope = smollm3([1, 1, 1, 0, 1, 1, 1, 0])
-    with pytest.raises(ValueError, match="layers 3, 7 of this SmolLM3 apply no rotation of their own.*rotary_fraction=1.0"):
+    with pytest.raises(ValueError, match="layers 3, 7 of this SmolLM3 apply no rotation of their own.*"
+                                         "rotary_fraction=1.0"):
         hf_trajpe.patch(nope, "trajectory", base="rope", layers="every:4:3")
     with hf_trajpe.patch(nope, "rope", rotary_fraction=1.0, layers="every:4:3"):  # the advice works
         assert not torch.equal(output(nope, input_ids=random_ids(6)), output(smollm3([1, 1, 1, 0, 1, 1, 1, 0]),
