@@ -117,6 +117,11 @@ class PatchHandle:
         self.active = True
 
     @property
+    def attn_stock(self) -> str:
+        """The model's own attention implementation (the one our attention functions wrap)."""
+        return self.plan.attn_stock
+
+    @property
     def configs(self) -> tuple[PatchConfig, ...]:
         """``(config,)``: the configs of the patches behind this handle (as :attr:`LayerMapHandle.configs`)."""
         return (self.config,)
