@@ -322,19 +322,19 @@ def test_encodings_take_layer_selections_and_maps_checked_on_the_study_model(tmp
              "bos_token_id": 1, "eos_token_id": 1, "pad_token_id": 0}
     encodings = {"learned": {"encoding": "native"}, "nope2": {"encoding": "none", "layers": "every:2:1"},
                  "hybrid": {"encoding": {"every:2:1": "none", "0": {"encoding": "alibi"}}}}
-    cfg = load_study_config(DEFAULT, overrides=[f"output_dir={tmp_path}", f"model={json.dumps(llama)}",
-                                      f"encodings={json.dumps(encodings)}", "trajectory_pairs={}", "sweep=null",
-                                      "comparisons=[]"])
+
+    def study(encodings: dict, model: dict | None = llama):
+        over = [f"output_dir={tmp_path}", f"encodings={json.dumps(encodings)}", "trajectory_pairs={}", "sweep=null",
+                "comparisons=[]"]
+        return load_study_config(DEFAULT, overrides=over + ([f"model={json.dumps(model)}"] if model else []))
+
+    cfg = study(encodings)
     run = experiment_config(cfg, "hybrid", patch_options(cfg.encodings["hybrid"]), 0, tmp_path / "h")
     assert run.encoding.layers == {"every:2:1": "none", "0": {"name": "alibi", "options": {}}}
-    bad = [({"x": {"encoding": {"0-1": "none", "1": "alibi"}}}, "encodings.x: layer 1 is selected twice"),
-           ({"x": {"encoding": {"0": "none"}, "strength": 0.3}}, "encodings.x: a layer map .* move them into")]
-    for encoding, match in bad:
-        with pytest.raises(ConfigError, match=match):
-            load_study_config(DEFAULT, overrides=[f"output_dir={tmp_path}", f"model={json.dumps(llama)}",
-                                        f"encodings={json.dumps({'learned': {'encoding': 'native'}, **encoding})}",
-                                        "trajectory_pairs={}", "sweep=null", "comparisons=[]"])
-    gpt2 = {"learned": {"encoding": "native"}, "x": {"encoding": "none", "layers": [1]}}
+    learned = {"learned": {"encoding": "native"}}
+    with pytest.raises(ConfigError, match="encodings.x: layer 1 is selected twice"):
+        study({**learned, "x": {"encoding": {"0-1": "none", "1": "alibi"}}})
+    with pytest.raises(ConfigError, match="encodings.x: a layer map .* move them into"):
+        study({**learned, "x": {"encoding": {"0": "none"}, "strength": 0.3}})
     with pytest.raises(ConfigError, match="encodings.x: .*learned position table added once"):
-        load_study_config(DEFAULT, overrides=[f"output_dir={tmp_path}", "trajectory_pairs={}", "sweep=null", "comparisons=[]",
-                                    f"encodings={json.dumps(gpt2)}"])
+        study({**learned, "x": {"encoding": "none", "layers": [1]}}, model=None)  # the default GPT-2
