@@ -40,9 +40,10 @@ class CellResult:
         return self.error is None and all(v is not False for v in self.checks.values())
 
 
-def cells_of(adapter, causal: bool = True) -> list[tuple[str, str, dict]]:
+def cells_of(adapter, causal: bool = True, attention_layers: int = 2) -> list[tuple[str, str, dict]]:
     """``(label, encoding, options)`` for every encoding the adapter allows (causal-only schemes on causal
-    models only), trajectory once per base."""
+    models only), trajectory once per base, and a layer map where the model's layers take selections
+    (``attention_layers``: how many self-attention layers it has)."""
     from ..patching.schemes import SCHEMES
 
     cells = [(e, e, {}) for e in adapter.encodings
@@ -50,7 +51,8 @@ def cells_of(adapter, causal: bool = True) -> list[tuple[str, str, dict]]:
     if "trajectory" in adapter.encodings:
         cells += [(f"trajectory/{b}", "trajectory", {"base": b}) for b in adapter.trajectory_bases]
     if adapter.takes_layers:
-        cells.append((LAYER_MAP, {"0": "none", "1:": "alibi"} if "alibi" in adapter.encodings else {"0": "none"}, {}))
+        rest = "alibi" if attention_layers > 1 and "alibi" in adapter.encodings else None
+        cells.append((LAYER_MAP, {"0": "none", **({"1:": rest} if rest else {})}, {}))
     return cells
 
 
@@ -71,7 +73,8 @@ def _check_cell(model, label: str, encoding: str, options: dict, ids, stock, cau
     opts = dict(options, strength=STRENGTH) if trajectory else dict(options)
     try:
         if label == LAYER_MAP:
-            with hf_trajpe.patch(model, {"0": "native", "1:": {"encoding": "trajectory", "strength": 0.0}}):
+            zero = {"1:": {"encoding": "trajectory", "strength": 0.0}} if len(encoding) > 1 else {}
+            with hf_trajpe.patch(model, {"0": "native", **zero}):
                 result.checks["layers"] = _same(_logits(model, input_ids=ids), stock)
         else:
             result.checks["layers"] = None
@@ -136,5 +139,8 @@ def check_model_type(model_type: str, task: str = "clm", attn: str = "sdpa") -> 
     except Exception as exc:  # noqa: BLE001
         return [], f"the stock model does not run ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})"
     causal = task == "clm" and adapter.causal(model.config)
-    cells = cells_of(adapter, adapter.causal(model.config))
+    from ..patching.plan import self_attention_modules
+
+    layers = len(self_attention_modules(model.base_model, adapter.self_attention))
+    cells = cells_of(adapter, adapter.causal(model.config), layers)
     return [_check_cell(model, *cell, ids, stock, causal, pad) for cell in cells], None

@@ -113,7 +113,8 @@ class PatchPlan:
 
     def describe(self) -> str:
         c = self.config
-        where = f" on layers {describe_layers(self.layers)}" if self.layers is not None else ""
+        where = ("" if self.layers is None else f" on layer {self.layers[0]}" if len(self.layers) == 1
+                 else f" on layers {describe_layers(self.layers)}")
         fraction = [f"rotary_fraction={c.rotary_fraction:g}"] if c.rotary_fraction is not None else []
         if self.trajectory:
             extend = f", extend={c.extend:g}" if c.extend is not None else ""
