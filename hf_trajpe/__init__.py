@@ -34,10 +34,10 @@ __all__ = [
     "save_patch",
     "PatchConfig",
     "PatchHandle",
-    "LayerMap",
-    "LayerMapHandle",
     "SUPPORTED",
     "register_attention",
+    "LayerMap",
+    "LayerMapHandle",
     # building blocks (hf_trajpe.encodings)
     "sinusoidal_encoding",
     "sinusoidal_frequencies",

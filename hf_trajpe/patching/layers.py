@@ -2,7 +2,7 @@
 
 A selection is given as
 
-- a list or tuple of layer indices (negative ones count from the end, as in Python);
+- a list or tuple of layer indices, or one index (negative ones count from the end, as in Python);
 - a Python ``slice`` (``slice(None, None, 4)``), kept as the string ``"::4"``;
 - a callable ``(index, n_layers) -> bool``, asked once per layer when patching (the chosen indices are kept);
 - a string in the grammar below, also usable in YAML.
@@ -73,6 +73,8 @@ def normalize_selection(layers) -> LayerSpec | None:
     which has the model): passing one here raises."""
     if layers is None:
         return None
+    if isinstance(layers, int) and not isinstance(layers, bool):  # one layer (YAML reads "3" as an integer)
+        return (layers,)
     if isinstance(layers, slice):
         parts = [("" if p is None else str(p)) for p in (layers.start, layers.stop, layers.step)]
         if any(p is not None and (isinstance(p, bool) or not isinstance(p, int))

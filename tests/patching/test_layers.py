@@ -74,7 +74,7 @@ def test_selections_out_of_range_are_refused(spec, match):
 
 def test_selections_keep_their_form_in_the_config_and_its_file(tmp_path):
     assert PatchConfig("none", layers=slice(None, None, 4)).layers == "::4"
-    assert PatchConfig("none", layers=[3, 7]).layers == (3, 7)
+    assert PatchConfig("none", layers=[3, 7]).layers == (3, 7) and PatchConfig("none", layers=-1).layers == (-1,)
     assert describe_layers((0, 1, 2, 3, 7, 9, 10)) == "0-3, 7, 9, 10"
     cfg = PatchConfig("rope", layers="every:4:3", rotary_fraction=0.5)
     cfg.save(tmp_path)
