@@ -56,25 +56,27 @@ def patch(model: nn.Module, encoding: str | PatchConfig | Mapping | LayerMap = "
     """
     check_transformers_version()
     model = target_model(model)
-    resolve = functools.partial(_resolve_callable, model)
-    if isinstance(encoding, (Mapping, LayerMap)):
-        if options:
-            raise TypeError("a layer map carries its own layers and options: give them in its entries "
-                            "({selection: {'encoding': name, **options}}), not as keywords")
-        configs, as_map = list(LayerMap.from_spec(encoding, resolve).configs), True
-    else:
-        if as_callable(options.get("layers")) is not None:
-            options = {**options, "layers": resolve(options["layers"])}
-        configs, as_map = [_config(encoding, options)], False
+    as_map = isinstance(encoding, (Mapping, LayerMap))
+    if as_map and options:
+        raise TypeError("a layer map carries its own layers and options: give them in its entries "
+                        "({selection: {'encoding': name, **options}}), not as keywords")
     current: Installation | None = model.__dict__.get(HANDLE_ATTR)
     if current is not None:
         whole = next((h for h in current.handles if h.plan.layers is None), None)
-        if whole is not None or any(c.layers is None for c in configs):
-            on = whole.plan.describe() if whole is not None else current.handles[0].plan.describe()
+        every = not as_map and options.get("layers") is None and getattr(encoding, "layers", None) is None
+        if whole is not None or every:
+            on = "; ".join(h.plan.describe() for h in current.handles)
             raise RuntimeError(f"this model is already patched ({on}); a patch of every layer does not compose "
                                "with others: call hf_trajpe.unpatch(model) first")
         current.detach()  # the stock model: the new patches are resolved against it, then all are installed
     try:
+        resolve = functools.partial(_resolve_callable, model)
+        if as_map:
+            configs = list(LayerMap.from_spec(encoding, resolve).configs)
+        else:
+            if as_callable(options.get("layers")) is not None:
+                options = {**options, "layers": resolve(options["layers"])}
+            configs = [_config(encoding, options)]
         plans = [resolve_plan(c, model) for c in configs]  # every refusal happens here, before any change
         _check_disjoint(plans, current.handles if current is not None else [])
     except Exception:

@@ -295,6 +295,9 @@ def test_layer_selections_that_cannot_apply_are_refused_with_the_reason():
     with pytest.raises(ValueError, match="rotates 5; the rotated width must be even"):
         hf_trajpe.patch(model, "rope", rotary_fraction=0.33)
     assert get_handle(model) is None
+    with hf_trajpe.patch(model, "alibi"):  # a patch of every layer is alone
+        with pytest.raises(RuntimeError, match=r"already patched \(alibi\); a patch of every layer does not compose"):
+            hf_trajpe.patch(model, "none", layers=lambda i, n: i == 0)
     nope = smollm3([1, 1, 1, 0, 1, 1, 1, 0])
     with pytest.raises(ValueError, match="layers 3, 7 of this SmolLM3 apply no rotation of their own.*"
                                          "rotary_fraction=1.0"):
