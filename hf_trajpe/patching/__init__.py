@@ -21,7 +21,7 @@ How the engine is laid out (each file one concept):
 from .api import LayerMapHandle, PatchHandle, get_handle, patch, unpatch
 from .attention import register_attention
 from .config import CONFIG_NAME, ENCODINGS, TRAJECTORY_BASES, PatchConfig
-from .families import OVERRIDES, SUPPORTED, FamilyAdapter, adapter_for, register_override
+from .families import OVERRIDES, SUPPORTED, SUPPORTED_LAYERS, FamilyAdapter, adapter_for, register_override
 from .handle import save_patch
 from .layer_map import LayerMap, load_config
 from .layers import normalize_selection, resolve_selection
@@ -45,6 +45,7 @@ __all__ = [
     "normalize_selection",
     "resolve_selection",
     "SUPPORTED",
+    "SUPPORTED_LAYERS",
     "register_attention",
     "OVERRIDES",
     "CONFIG_NAME",
