@@ -214,8 +214,9 @@ def resolve_plan(config: PatchConfig, model: nn.Module) -> PatchPlan:
     if config.rotary_fraction is not None:
         if not family.self_attention:
             raise NotImplementedError(
-                f"rotary_fraction rotates part of each head inside attention, through transformers' attention "
-                f"interface, which {family.name}'s attention does not use; patch it without rotary_fraction")
+                f"rotary_fraction rotates part of each head inside attention, through hf_trajpe's attention "
+                f"functions, which {family.name} does not run (its positions are computed in the model's own code); "
+                "patch it without rotary_fraction")
         hook = "attention"  # the model's own rotation (if any) is switched off; ours runs inside attention
     attn_stock = model_config._attn_implementation
     if hook == "attention" and attn_stock not in ATTENTION_NAMES:
