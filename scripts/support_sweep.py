@@ -174,7 +174,8 @@ def write_markdown(path: str, rows: dict, elapsed: float, checks) -> None:
             f"**{len(layered)} model types** take layer selections (`hf_trajpe.patch(model, \"none\", layers=...)`, "
             "layer maps, per-layer encodings in the recipe's and the studies' YAML; docs/patching.md, \"Layer "
             "selections and layer maps\"), their `layer map` cell green: "
-            + ", ".join(f"`{t}`" for t in layered) + ". Models whose own encoding is a learned table added to the input embeddings (GPT-2, BERT, OPT, ...) and the "
+            + ", ".join(f"`{t}`" for t in layered) + ". Models whose own encoding is a learned table added to the "
+            "input embeddings (GPT-2, BERT, OPT, ...) and the "
             "family overrides (GPT-J, BLOOM, MPT) are refused with the reason: no layer of theirs has an encoding "
             "of its own to swap."]
     out += ["", "## Partly green", "", "| task | model type | green | failed (check or error) |", "|---|---|---|---|"]
