@@ -36,6 +36,8 @@ __all__ = [
     "PatchHandle",
     "SUPPORTED",
     "register_attention",
+    "LayerMap",
+    "LayerMapHandle",
     # building blocks (hf_trajpe.encodings)
     "sinusoidal_encoding",
     "sinusoidal_frequencies",
@@ -74,7 +76,7 @@ _SOURCES: dict[str, str] = {
     name: f"{__name__}.{module}"
     for module, names in {
         "patching": ("patch", "unpatch", "get_handle", "from_pretrained", "load_patch", "save_patch",
-                     "PatchConfig", "PatchHandle", "SUPPORTED", "register_attention"),
+                     "PatchConfig", "PatchHandle", "LayerMap", "LayerMapHandle", "SUPPORTED", "register_attention"),
         "encodings": ("sinusoidal_encoding", "sinusoidal_frequencies", "SinusoidalTable", "rotary_cos_sin",
                       "rotary_inv_freq", "apply_rotary", "rotate_half", "rotate_every_two", "alibi_slopes",
                       "alibi_bias", "trajectory_positions", "TrajectoryPast", "interpolate_rows",

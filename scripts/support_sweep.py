@@ -26,8 +26,9 @@ sys.path.insert(0, ROOT)
 
 LIMIT_BYTES = 8 * 2**30
 #: per model type; the slowest that shrinks (falcon_h1, a Mamba hybrid in plain torch) took 140 s on 2 cores
-#: shared with other jobs, so 120 s cut it off; a config that does not shrink still stops here
-LIMIT_SECONDS = 300
+#: shared with other jobs, so 120 s cut it off, and with the layer-map cell more than 300 s on cores shared with
+#: three other jobs; a config that does not shrink still stops here
+LIMIT_SECONDS = 600
 
 
 def _too_slow(signum, frame):
@@ -107,9 +108,14 @@ def write_readme_block(path: str, rows: dict) -> None:
 
 
 def write_supported(path: str, rows: dict) -> None:
-    supported = {}
+    from hf_trajpe.coverage.checks import LAYER_MAP
+
+    supported, layered = {}, set()
     for row in rows.values():
         ok = [c["encoding"] for c in row["cells"] if c["green"]]
+        if LAYER_MAP in ok:
+            layered.add(row["model_type"])
+            ok.remove(LAYER_MAP)
         if not ok:
             continue
         encodings = [e for e in ok if not e.startswith("trajectory/")]
@@ -121,6 +127,10 @@ def write_supported(path: str, rows: dict) -> None:
              "SUPPORTED: dict[str, tuple[str, ...]] = {"]
     lines += [f"    {t!r}: {tuple(e)!r}," for t, e in sorted(supported.items())]
     lines.append("}")
+    lines += ["", "#: model types whose layer-map cell passed every check (layer selections: docs/patching.md)",
+              "SUPPORTED_LAYERS: frozenset[str] = frozenset({"]
+    lines += [f"    {t!r}," for t in sorted(layered)]
+    lines.append("})")
     with open(path, "w", encoding="utf-8") as fh:
         fh.write("\n".join(lines) + "\n")
 
@@ -143,7 +153,11 @@ def write_markdown(path: str, rows: dict, elapsed: float, checks) -> None:
            "- `cache`: greedy generation with the KV cache equals generation without it (causal models);",
            "- `padding`: a left-padded row equals the sequence alone (to 1e-5);",
            "- `reload`: `save_pretrained` + `hf_trajpe.from_pretrained` give the same logits exactly;",
-           "- `unpatch`: the stock logits come back exactly.", "",
+           "- `unpatch`: the stock logits come back exactly;",
+           "- `layers` (the `layer map` cell, where the model's layers take layer selections: a rotary module shared "
+           "by its attention layers): every layer through a layer selection with the model's own rotation (`native` "
+           "on layer 0, trajectory at strength 0 on the others) gives the stock logits exactly; the cache, padding, "
+           "reload and unpatch checks of that cell run on the map `{\"0\": \"none\", \"1:\": \"alibi\"}`.", "",
            f"**{len(green)} model types green** (every allowed encoding passed every check), "
            f"{len(partial)} partly green, {len(refused)} not patched (the reason is given). Each model type is "
            "checked with its default config, shrunk: a checkpoint whose config turns on other position machinery "
@@ -152,6 +166,18 @@ def write_markdown(path: str, rows: dict, elapsed: float, checks) -> None:
            "## Green", "", "| task | model type | encodings |", "|---|---|---|"]
     for r in sorted(green, key=lambda r: (r["model_type"], r["task"])):
         out.append(f"| {r['task']} | `{r['model_type']}` | {', '.join(c['encoding'] for c in r['cells'])} |")
+    from hf_trajpe.coverage.checks import LAYER_MAP
+
+    layered = sorted({r["model_type"] for r in rows.values()
+                      if any(c["encoding"] == LAYER_MAP and c["green"] for c in r["cells"])})
+    out += ["", "## Layer selections and layer maps", "",
+            f"**{len(layered)} model types** take layer selections (`hf_trajpe.patch(model, \"none\", layers=...)`, "
+            "layer maps, per-layer encodings in the recipe's and the studies' YAML; docs/patching.md, \"Layer "
+            "selections and layer maps\"), their `layer map` cell green: "
+            + ", ".join(f"`{t}`" for t in layered) + ". Models whose own encoding is a learned table added to the "
+            "input embeddings (GPT-2, BERT, OPT, ...) and the "
+            "family overrides (GPT-J, BLOOM, MPT) are refused with the reason: no layer of theirs has an encoding "
+            "of its own to swap."]
     out += ["", "## Partly green", "", "| task | model type | green | failed (check or error) |", "|---|---|---|---|"]
     for r in sorted(partial, key=lambda r: (r["model_type"], r["task"])):
         ok = ", ".join(c["encoding"] for c in r["cells"] if c["green"]) or "-"

@@ -5,7 +5,11 @@
 - ``cache``: greedy generation with the KV cache equals generation without it (causal models);
 - ``padding``: a left-padded row equals the same sequence alone, on its real tokens;
 - ``reload``: ``save_pretrained`` + ``hf_trajpe.from_pretrained`` give the same logits exactly;
-- ``unpatch``: after ``unpatch`` the stock logits come back exactly.
+- ``unpatch``: after ``unpatch`` the stock logits come back exactly;
+- ``layers`` (the ``layer map`` cell, on models whose layers take selections): every layer through a layer
+  selection with the model's own rotation (``native`` on the first, trajectory at strength 0 on the others) gives
+  the stock logits exactly; the map the other checks run on is ``none`` on the first layer and ``alibi`` on the
+  others.
 """
 
 from __future__ import annotations
@@ -15,9 +19,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["CHECKS", "CellResult", "check_model_type", "cells_of"]
+__all__ = ["CHECKS", "LAYER_MAP", "CellResult", "check_model_type", "cells_of"]
 
-CHECKS = ("stock", "strength 0", "cache", "padding", "reload", "unpatch")
+CHECKS = ("stock", "strength 0", "cache", "padding", "reload", "unpatch", "layers")
+#: the label of the cell that patches a layer map
+LAYER_MAP = "layer map"
 STRENGTH = 0.3
 
 
@@ -34,15 +40,19 @@ class CellResult:
         return self.error is None and all(v is not False for v in self.checks.values())
 
 
-def cells_of(adapter, causal: bool = True) -> list[tuple[str, str, dict]]:
+def cells_of(adapter, causal: bool = True, attention_layers: int = 2) -> list[tuple[str, str, dict]]:
     """``(label, encoding, options)`` for every encoding the adapter allows (causal-only schemes on causal
-    models only), trajectory once per base."""
+    models only), trajectory once per base, and a layer map where the model's layers take selections
+    (``attention_layers``: how many self-attention layers it has)."""
     from ..patching.schemes import SCHEMES
 
     cells = [(e, e, {}) for e in adapter.encodings
              if e != "trajectory" and (causal or e == "native" or SCHEMES[e].bidirectional)]
     if "trajectory" in adapter.encodings:
         cells += [(f"trajectory/{b}", "trajectory", {"base": b}) for b in adapter.trajectory_bases]
+    if adapter.takes_layers:
+        rest = "alibi" if attention_layers > 1 and "alibi" in adapter.encodings else None
+        cells.append((LAYER_MAP, {"0": "none", **({"1:": rest} if rest else {})}, {}))
     return cells
 
 
@@ -62,6 +72,12 @@ def _check_cell(model, label: str, encoding: str, options: dict, ids, stock, cau
     trajectory = encoding == "trajectory"
     opts = dict(options, strength=STRENGTH) if trajectory else dict(options)
     try:
+        if label == LAYER_MAP:
+            zero = {"1:": {"encoding": "trajectory", "strength": 0.0}} if len(encoding) > 1 else {}
+            with hf_trajpe.patch(model, {"0": "native", **zero}):
+                result.checks["layers"] = _same(_logits(model, input_ids=ids), stock)
+        else:
+            result.checks["layers"] = None
         if trajectory:
             with hf_trajpe.patch(model, encoding, **dict(options, strength=0.0)):
                 zero = _logits(model, input_ids=ids)
@@ -92,7 +108,7 @@ def _check_cell(model, label: str, encoding: str, options: dict, ids, stock, cau
             with tempfile.TemporaryDirectory() as tmp:
                 model.save_pretrained(tmp)
                 reloaded = hf_trajpe.from_pretrained(tmp, dtype=torch.float32,
-                                                     attn_implementation=handle.plan.attn_stock).eval()
+                                                     attn_implementation=handle.attn_stock).eval()
                 result.checks["reload"] = _same(_logits(reloaded, input_ids=ids), patched)
         finally:
             handle.unpatch()
@@ -123,5 +139,8 @@ def check_model_type(model_type: str, task: str = "clm", attn: str = "sdpa") -> 
     except Exception as exc:  # noqa: BLE001
         return [], f"the stock model does not run ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})"
     causal = task == "clm" and adapter.causal(model.config)
-    cells = cells_of(adapter, adapter.causal(model.config))
+    from ..patching.plan import self_attention_modules
+
+    layers = len(self_attention_modules(model.base_model, adapter.self_attention))
+    cells = cells_of(adapter, adapter.causal(model.config), layers)
     return [_check_cell(model, *cell, ids, stock, causal, pad) for cell in cells], None

@@ -55,7 +55,8 @@ def _texts_for(model, tokenizer, ids: torch.Tensor):
         handle = get_handle(model)
     except Exception:  # not a patched transformers model
         handle = None
-    if handle is not None and getattr(handle.config, "strength", None) == "auto" and tokenizer is not None:
+    auto = handle is not None and any(getattr(c, "strength", None) == "auto" for c in handle.configs)
+    if auto and tokenizer is not None:
         return handle.texts(tokenizer.batch_decode(ids, skip_special_tokens=True))
     return contextlib.nullcontext()
 

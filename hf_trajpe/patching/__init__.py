@@ -10,17 +10,21 @@ How the engine is laid out (each file one concept):
 - ``sources.py``: where positions come from (integer ranks, or trajectory).
 - ``state.py``: the per-model state; ``modules.py``: the replacement table and rotary modules;
   ``attention.py``: the attention functions registered with transformers; ``hooks.py``: the forward hooks.
-- ``api.py``, ``handle.py``: patch/unpatch, the handle; ``persistence.py``, ``saving.py``, ``reload.py``:
-  the patch files, ``save_pretrained``, reloading.
+- ``layers.py``: layer selections (``layers="every:4"``); ``layer_map.py``: several patches on disjoint layers
+  as one value; ``layer_hooks.py``: the per-layer rotation of a layer selection.
+- ``api.py``, ``handle.py``: patch/unpatch, the handles and the installation; ``persistence.py``, ``saving.py``,
+  ``reload.py``: the patch files, ``save_pretrained``, reloading.
 
 ``import hf_trajpe.patching`` stays light: transformers is imported only when a model is patched.
 """
 
-from .api import PatchHandle, get_handle, patch, unpatch
+from .api import LayerMapHandle, PatchHandle, get_handle, patch, unpatch
 from .attention import register_attention
 from .config import CONFIG_NAME, ENCODINGS, TRAJECTORY_BASES, PatchConfig
-from .families import OVERRIDES, SUPPORTED, FamilyAdapter, adapter_for, register_override
+from .families import OVERRIDES, SUPPORTED, SUPPORTED_LAYERS, FamilyAdapter, adapter_for, register_override
 from .handle import save_patch
+from .layer_map import LayerMap, load_config
+from .layers import normalize_selection, resolve_selection
 from .persistence import STATE_NAME
 from .plan import PatchPlan, resolve_plan
 from .reload import from_pretrained, load_patch
@@ -35,7 +39,13 @@ __all__ = [
     "save_patch",
     "PatchConfig",
     "PatchHandle",
+    "LayerMap",
+    "LayerMapHandle",
+    "load_config",
+    "normalize_selection",
+    "resolve_selection",
     "SUPPORTED",
+    "SUPPORTED_LAYERS",
     "register_attention",
     "OVERRIDES",
     "CONFIG_NAME",

@@ -14,24 +14,25 @@ from ..encodings.rotary import rotary_inv_freq
 from .rotation import rotate
 from .state import PatchState
 
-__all__ = ["INDEX_ATTR", "allowed_keys", "attention_inputs", "merged_bias_mask", "own_value", "score_mask"]
+__all__ = ["INDEX_ATTR", "allowed_keys", "attention_inputs", "merged_bias_mask", "own_value", "rotate_part",
+           "score_mask"]
 
 #: attribute (in ``__dict__``) holding a bound self-attention module's number, in model order
 INDEX_ATTR = "_hf_trajpe_index"
 
 
-def _frequencies(st: PatchState, head_dim: int, device) -> tuple[torch.Tensor, float]:
-    """``inv_freq`` and ``attention_scaling`` of a rotation inside attention: ``rope_theta``'s, or the context
-    extension's (transformers' formulas, computed once per device)."""
+def _frequencies(st: PatchState, width: int, device) -> tuple[torch.Tensor, float]:
+    """``inv_freq`` and ``attention_scaling`` of a rotation inside attention over ``width`` dimensions:
+    ``rope_theta``'s, or the context extension's (transformers' formulas, computed once per device)."""
     scaling = st.plan.rope_scaling
     if scaling is None:
-        return rotary_inv_freq(head_dim, st.plan.rope_theta, device=device), 1.0
+        return rotary_inv_freq(width, st.plan.rope_theta, device=device), 1.0
     memo = st.__dict__.setdefault("_rope_frequencies", {})
-    key = (head_dim, device)
+    key = (width, device)
     if key not in memo:
         from .rope_scaling import attention_rope_frequencies
 
-        memo[key] = attention_rope_frequencies(scaling, head_dim, device)
+        memo[key] = attention_rope_frequencies(scaling, width, device)
     return memo[key]
 
 
@@ -44,15 +45,16 @@ def attention_inputs(st: PatchState, query: torch.Tensor, key: torch.Tensor):
     q_pos = step.positions
     scheme = st.scheme
     if scheme.contributes == "rotary":
-        memo_key = ("rope", query.shape[-1], query.dtype, kv)
+        width = st.plan.rotary_width or query.shape[-1]  # rotary_fraction: the first ``width`` dimensions
+        memo_key = ("rope", width, query.dtype, kv)
         if memo_key not in step.memo:
-            inv, scale = _frequencies(st, query.shape[-1], query.device)
+            inv, scale = _frequencies(st, width, query.device)
             q_cs = scheme.rotary_cos_sin(q_pos, inv, scale, query.dtype)
             k_cs = q_cs if kv == query.shape[2] else scheme.rotary_cos_sin(k_pos, inv, scale, query.dtype)
             step.memo[memo_key] = (q_cs, k_cs)
         (cq, sq), (ck, sk) = step.memo[memo_key]
         # rotation.py: same values as apply_rotary; the backward keeps no unrotated copy of q/k
-        query, key = rotate(query, cq, sq), rotate(key, ck, sk)
+        query, key = rotate_part(query, cq, sq), rotate_part(key, ck, sk)
     bias = None
     if scheme.contributes == "bias":
         memo_key = ("bias", query.shape[1], query.dtype, kv)
@@ -60,6 +62,15 @@ def attention_inputs(st: PatchState, query: torch.Tensor, key: torch.Tensor):
             step.memo[memo_key] = scheme.attention_bias(query.shape[1], q_pos, k_pos, query.dtype)
         bias = step.memo[memo_key]
     return query, key, bias
+
+
+def rotate_part(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """``x`` ``[b, h, n, d]`` with its first ``r`` dimensions rotated by ``cos``/``sin`` ``[b, n, r]`` (half-split
+    among themselves) and the rest passed through: GPT-NeoX's and Phi's partial rotary, op for op."""
+    width = cos.shape[-1]
+    if width == x.shape[-1]:
+        return rotate(x, cos, sin)
+    return torch.cat((rotate(x[..., :width], cos, sin), x[..., width:]), dim=-1)
 
 
 def merged_bias_mask(st: PatchState, query: torch.Tensor, key: torch.Tensor, attention_mask: torch.Tensor | None,

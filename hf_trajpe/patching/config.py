@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from ..checks import check_beta
 from ..encodings.interpolation import INTERPOLATION_MODES
 from ..strength import check_strength_option
+from .layers import normalize_selection
 from .rope_scaling import check_rope_parameters
 from .schemes import SCHEMES, check_interpolation, encoding_names, trajectory_base_names
 
-__all__ = ["ENCODINGS", "TRAJECTORY_BASES", "CONFIG_NAME", "PatchConfig"]
+__all__ = ["ENCODINGS", "TRAJECTORY_BASES", "CONFIG_NAME", "PatchConfig", "read_config_file"]
 
 #: Encodings that :func:`hf_trajpe.patch` knows, from the registered schemes (a family may support a
 #: subset: see ``SUPPORTED``).
@@ -28,7 +29,13 @@ ENCODINGS: tuple[str, ...] = encoding_names()
 TRAJECTORY_BASES: tuple[str, ...] = trajectory_base_names()
 #: File written beside the weights by ``save_pretrained`` on a patched model.
 CONFIG_NAME = "hf_trajpe_config.json"
+#: the format version written for a patch of every layer without rotary_fraction (readable since the first release)
 FORMAT_VERSION = 1
+#: the version written for a patch that uses ``layers``, ``rotary_fraction`` or a layer map: an hf_trajpe that
+#: reads only version 1 refuses such a file (it would drop those keys and patch every layer whole)
+LAYERED_FORMAT_VERSION = 2
+#: the newest version this hf_trajpe reads
+READ_VERSION = LAYERED_FORMAT_VERSION
 #: keys of the saved file that are not options (``save_id``: which save wrote it; persistence.py)
 FILE_KEYS = ("save_id",)
 #: the largest position limit: float32 positions keep 1/8 of a position past 2**20
@@ -69,6 +76,14 @@ class PatchConfig:
       ``1.0`` is the unit sinusoid of docs/spec.md, section 2. ``"embeddings"`` matches the RMS of the
       model's token embeddings at patch time (resolved to a number then, so a saved patch reloads
       with the same scale): a unit sinusoid drowns token embeddings of std 0.02 (GPT-2's init).
+    - ``rotary_fraction``: the share of each head's width that rotates (``rope``, or trajectory on it), as
+      GPT-NeoX's ``rotary_pct`` and Phi's ``partial_rotary_factor``: the first ``int(head_dim * fraction)``
+      dimensions (even), half-split among themselves; the rest pass unrotated. The rotation then runs inside
+      attention, with default frequencies at the model's ``rope_theta`` (its own on a model with a rotary
+      module, whose own rotation is switched off; ``rope_theta`` on others). ``None``: the model's own width.
+    - ``layers``: the attention layers the patch applies to (:mod:`hf_trajpe.patching.layers`: a list of
+      indices, a slice, ``"every:4"``, ``"top:8"``, ``"0-3,7"``, ...); ``None``: every layer. Layers not
+      selected keep the model's own encoding. Kept as given (a grammar string or a tuple of indices).
     - ``scheme_options``: the options the chosen scheme declares itself (``Scheme.options``, e.g.
       ``npos_max`` of ``cope``), every one filled in (defaults where not given), so a saved patch
       reloads with the same values. ``hf_trajpe.patch(model, "cope", npos_max=32)`` puts keyword
@@ -89,8 +104,10 @@ class PatchConfig:
     rope_theta: float = 10000.0
     sinusoid_scale: float | str = 1.0
     rope_parameters: dict | None = None
+    rotary_fraction: float | None = None
+    layers: str | tuple[int, ...] | None = None
     scheme_options: dict = field(default_factory=dict)
-    version: int = field(default=FORMAT_VERSION, repr=False)
+    version: int = field(default=FORMAT_VERSION, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.encoding not in encoding_names():
@@ -166,6 +183,21 @@ class PatchConfig:
                     f"model) or 'trajectory' on base 'rope', not {self.encoding!r}"
                     + (f" on {self.base!r}" if self.base else ""))
             self.rope_parameters = check_rope_parameters(self.rope_parameters)
+        if self.rotary_fraction is not None:
+            rf = self.rotary_fraction
+            if isinstance(rf, bool) or not isinstance(rf, (int, float)) or not (math.isfinite(rf) and 0 < rf <= 1):
+                raise ValueError(f"rotary_fraction must be a number in (0, 1] (the share of each head that rotates), "
+                                 f"got {rf!r}")
+            self.rotary_fraction = float(rf)
+            if self.rope_parameters is not None:
+                raise ValueError("rotary_fraction and rope_parameters cannot be combined: rotary_fraction rotates part "
+                                 "of each head with default frequencies; give one or the other")
+            if named is not None and SCHEMES[named].contributes != "rotary":
+                raise ValueError(
+                    "rotary_fraction applies only where a rotation is applied (encoding='rope', or trajectory on "
+                    f"base='rope'); {self.encoding!r}" + (f" on {self.base!r}" if self.base else "")
+                    + " uses no rotary, so it would be ignored: leave rotary_fraction out")
+        self.layers = normalize_selection(self.layers)
         for name in ("learnable_strength", "detach", "cache"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
@@ -222,12 +254,16 @@ class PatchConfig:
 
     # -- round trip ------------------------------------------------------------------------------
     def to_dict(self) -> dict:
-        """The saved form; ``scheme_options`` only when a scheme has some (files of the encodings without
-        options are as before the field existed)."""
+        """The saved form; ``scheme_options``, ``rope_parameters``, ``rotary_fraction`` and ``layers`` only when
+        given (files of patches without them are as before those fields existed)."""
         data = dataclasses.asdict(self)
-        for key in ("scheme_options", "rope_parameters"):
-            if not data[key]:
+        for key in ("scheme_options", "rope_parameters", "rotary_fraction", "layers"):
+            if data[key] is None or data[key] == {}:
                 del data[key]
+        if isinstance(self.layers, tuple):
+            data["layers"] = list(self.layers)
+        if self.layers is not None or self.rotary_fraction is not None:
+            data["version"] = max(data["version"], LAYERED_FORMAT_VERSION)
         return data
 
     @classmethod
@@ -256,31 +292,42 @@ class PatchConfig:
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> PatchConfig:
-        path = os.path.join(directory, CONFIG_NAME)
-        if not os.path.isfile(path):
-            raise FileNotFoundError(
-                f"no {CONFIG_NAME} in {os.fspath(directory)!r}: it was not saved from a patched model "
-                "(save a patched model with model.save_pretrained(...) or hf_trajpe.save_patch(...))"
-            )
-        try:
-            with open(path, encoding="utf-8") as fh:
-                data = json.load(fh)
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ValueError(f"cannot read {path}: {exc} (save the patch again)") from exc
-        if not isinstance(data, dict):
-            raise ValueError(f"{path} must hold a JSON object of patch options, got {type(data).__name__}")
-        version = data.get("version", FORMAT_VERSION)
-        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-            raise ValueError(
-                f"{path} has an invalid format version {version!r} (hf_trajpe writes a positive integer): the file "
-                "is damaged or was edited by hand; save the patch again from the patched model"
-            )
-        if version > FORMAT_VERSION:
-            raise ValueError(
-                f"{path} has format version {version!r}; this hf_trajpe reads versions 1 to {FORMAT_VERSION} "
-                "(a newer hf_trajpe wrote it: upgrade hf_trajpe)"
-            )
+        """The config saved in ``directory`` (a file holding a layer map is read by
+        :func:`hf_trajpe.patching.layer_map.load_config`)."""
+        path, data = read_config_file(directory)
+        if "layer_map" in data:
+            raise ValueError(f"{path} holds a layer map (several patches on disjoint layers), not one patch: read it "
+                             "with hf_trajpe.patching.load_config, or reload the model with hf_trajpe.from_pretrained")
         try:
             return cls.from_dict(data)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{path}: {exc}") from exc
+
+
+def read_config_file(directory: str | os.PathLike) -> tuple[str, dict]:
+    """``(path, data)`` of the ``hf_trajpe_config.json`` in ``directory``, its format version checked."""
+    path = os.path.join(directory, CONFIG_NAME)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(
+            f"no {CONFIG_NAME} in {os.fspath(directory)!r}: it was not saved from a patched model "
+            "(save a patched model with model.save_pretrained(...) or hf_trajpe.save_patch(...))"
+        )
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"cannot read {path}: {exc} (save the patch again)") from exc
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} must hold a JSON object of patch options, got {type(data).__name__}")
+    version = data.get("version", FORMAT_VERSION)
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise ValueError(
+            f"{path} has an invalid format version {version!r} (hf_trajpe writes a positive integer): the file "
+            "is damaged or was edited by hand; save the patch again from the patched model"
+        )
+    if version > READ_VERSION:
+        raise ValueError(
+            f"{path} has format version {version!r}; this hf_trajpe reads versions 1 to {READ_VERSION} "
+            "(a newer hf_trajpe wrote it: upgrade hf_trajpe)"
+        )
+    return path, data

@@ -4,7 +4,9 @@ The pre-hook reads ``input_ids``/``inputs_embeds``, ``attention_mask`` and the K
 compute the positions of the new tokens, adds an additive scheme's vectors to the embeddings where the
 model has no position table, and hands the model ``inputs_embeds`` (so the token embeddings are looked
 up once). Nothing fractional ever enters the model's own ``position_ids``: transformers reads
-non-unit steps in top-level ``position_ids`` as packed sequences (docs/notes.md).
+non-unit steps in top-level ``position_ids`` as packed sequences (docs/notes.md). Patches with a layer
+selection hand it the integer ranks of the real tokens (where the caller gave none), which the layers they
+leave alone rotate by with the model's own rotary module.
 
 The post-hook stores what the next decoding step needs on the returned cache object, and teaches the
 cache to reorder it with its rows (beam search).
@@ -20,6 +22,7 @@ import torch
 from torch import nn
 
 from ..compat import cache_from_kwargs, output_cache
+from .sources import real_ranks
 from .state import MEMORY_ATTR, DecodingMemory, PatchState
 
 __all__ = ["make_pre_hook", "make_post_hook"]
@@ -31,16 +34,23 @@ def positional_parameter_names(module: nn.Module) -> list[str]:
     return [p.name for p in sig.parameters.values() if p.kind in kinds and p.name != "self"]
 
 
-def make_pre_hook(state: PatchState, runner: nn.Module, model_config, embed: nn.Module) -> Callable:
-    """``runner``: the module whose forward receives ``input_ids`` and the mask (the base model, or its
-    decoder where the LM head calls that directly); ``embed``: the token embedding module."""
+def make_pre_hook(states: list[PatchState], runner: nn.Module, model_config, embed: nn.Module,
+                  rank_position_ids: bool = False) -> Callable:
+    """``states``: the patches of the model (one, or one per layer selection); ``runner``: the module whose
+    forward receives ``input_ids`` and the mask (the base model, or its decoder where the LM head calls that
+    directly); ``embed``: the token embedding module. ``rank_position_ids``: hand the model the ranks of the
+    real tokens as ``position_ids`` where the caller gave none, so the layers a layer selection leaves alone
+    run the model's own rotary module at the positions every patched layer uses (a left-padded row then
+    equals the row alone there too)."""
     names = positional_parameter_names(runner)
     accepts_token_types = "token_type_ids" in names
-    add_to_embeddings = state.plan.hook == "embeddings"
-    zero_token_types = accepts_token_types and state.plan.family.token_type_ids
+    lead = states[0]  # a patch of every layer is alone; it decides what enters the embeddings
+    add_to_embeddings = lead.plan.hook == "embeddings"
+    zero_token_types = accepts_token_types and lead.plan.family.token_type_ids
 
     def pre_hook(module, args, kwargs):
-        state.guard.enter(state.describe())  # left by the post-hook, which runs even when the forward raises
+        for st in states:  # left by the post-hook, which runs even when the forward raises
+            st.guard.enter(st.describe())
         kw = dict(zip(names, args, strict=False))
         kw.update(kwargs)
         input_ids, inputs_embeds = kw.get("input_ids"), kw.get("inputs_embeds")
@@ -51,23 +61,32 @@ def make_pre_hook(state: PatchState, runner: nn.Module, model_config, embed: nn.
         use_cache = kw.get("use_cache")
         if use_cache is None:
             use_cache = bool(getattr(model_config, "use_cache", False)) and not module.training
-        monitor = state.monitor
+        monitor = lead.monitor
         timer = (monitor.timed(inputs_embeds.shape[0] * inputs_embeds.shape[1], inputs_embeds.device)
                  if monitor is not None else contextlib.nullcontext())
-        texts, state.next_texts = state.next_texts, None
-        if texts is not None and state.call_texts is None:
-            state.call_texts = texts
+        given = [st.next_texts for st in states]
+        for st, texts in zip(states, given, strict=True):
+            st.next_texts = None
+            if texts is not None and st.call_texts is None:
+                st.call_texts = texts
         try:
             with timer:
-                state.begin_forward(inputs_embeds, input_ids, kw.get("attention_mask"), cache_from_kwargs(kw),
-                                    bool(use_cache), getattr(embed, "weight", None), kw.get("position_ids"))
+                for st in states:
+                    st.begin_forward(inputs_embeds, input_ids, kw.get("attention_mask"), cache_from_kwargs(kw),
+                                     bool(use_cache), getattr(embed, "weight", None), kw.get("position_ids"))
         finally:
-            if texts is not None and state.call_texts is texts:
-                state.call_texts = None
+            for st, texts in zip(states, given, strict=True):
+                if texts is not None and st.call_texts is texts:
+                    st.call_texts = None
         if add_to_embeddings:
-            inputs_embeds = inputs_embeds + state.additive(inputs_embeds)
+            inputs_embeds = inputs_embeds + lead.additive(inputs_embeds)
         kw["inputs_embeds"] = inputs_embeds
         kw["input_ids"] = None
+        if rank_position_ids and kw.get("position_ids") is None:
+            b, n = inputs_embeds.shape[:2]
+            mask = kw.get("attention_mask")
+            mask = mask[:, -n:].to(inputs_embeds.device) if mask is not None else None
+            kw["position_ids"] = real_ranks(mask, lead.step.past_real, b, n, inputs_embeds.device)[0]
         if zero_token_types and kw.get("token_type_ids") is None:
             kw["token_type_ids"] = torch.zeros(inputs_embeds.shape[:2], dtype=torch.long, device=inputs_embeds.device)
         return (), kw
@@ -75,31 +94,36 @@ def make_pre_hook(state: PatchState, runner: nn.Module, model_config, embed: nn.
     return pre_hook
 
 
-def make_post_hook(state: PatchState) -> Callable:
+def make_post_hook(states: list[PatchState]) -> Callable:
     """Register with ``always_call=True``: it also ends a forward that raised (``output`` is then ``None``)."""
 
     def post_hook(module, args, kwargs, output):
         try:
             cache = output_cache(output) if output is not None else None
-            if cache is not None and state.pending is not None:
-                cache.__dict__[MEMORY_ATTR] = state.pending
-                if "reorder_cache" not in cache.__dict__ and hasattr(type(cache), "reorder_cache"):
+            if cache is not None:
+                stored = False
+                for st in states:
+                    if st.pending is not None:
+                        cache.__dict__[st.memory_key] = st.pending
+                        stored = True
+                if stored and "reorder_cache" not in cache.__dict__ and hasattr(type(cache), "reorder_cache"):
                     cache.reorder_cache = _reordering(cache)
         finally:
-            state.guard.leave()
+            for st in states:
+                st.guard.leave()
         return None
 
     return post_hook
 
 
 def _reordering(cache) -> Callable:
-    """Beam search reorders the cache rows; reorder our decoding memory with them."""
+    """Beam search reorders the cache rows; reorder our decoding memory (of every patch) with them."""
     stock = type(cache).reorder_cache
 
     def reorder_cache(beam_idx: torch.LongTensor) -> None:
         stock(cache, beam_idx)
-        mem: DecodingMemory | None = cache.__dict__.get(MEMORY_ATTR)
-        if mem is not None:
-            cache.__dict__[MEMORY_ATTR] = mem.reorder(beam_idx.to(mem.num_real.device))
+        for key in [k for k in cache.__dict__ if k.startswith(MEMORY_ATTR)]:
+            mem: DecodingMemory = cache.__dict__[key]
+            cache.__dict__[key] = mem.reorder(beam_idx.to(mem.num_real.device))
 
     return reorder_cache

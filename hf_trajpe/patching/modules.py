@@ -42,8 +42,9 @@ class PatchedPositionTable(nn.Module):
 class PatchedRotary(nn.Module):
     """Stands in for a model's rotary module: ``cos``/``sin`` ``[b, n, r]`` at the positions of the
     current forward (fractional for trajectory), or the identity rotation (``cos=1, sin=0``) when the
-    scheme does not rotate. Keeps the stock module (its non-persistent ``inv_freq``) as ``stock``; a
-    module with frequencies per layer type (``<type>_inv_freq``, e.g. Gemma 3) is called with the type.
+    scheme does not rotate or rotates inside attention (``rotary_fraction``). Keeps the stock module (its
+    non-persistent ``inv_freq``) as ``stock``; a module with frequencies per layer type (``<type>_inv_freq``,
+    e.g. Gemma 3) is called with the type.
 
     ``frequencies``: the module whose frequencies are used, the stock one by default, or (context extension)
     an instance of the same class built from the extended config. A ``dynamic`` or ``longrope`` module
@@ -75,7 +76,7 @@ class PatchedRotary(nn.Module):
         st: PatchState = self.__dict__[STATE_ATTR]
         positions = st.step.positions
         inv_freq, attention_scaling = rotary_frequencies(self._source(x, position_ids, layer_type), layer_type)
-        if st.scheme.contributes != "rotary":
+        if st.plan.hook != "rotary":  # no rotation, or one inside attention (rotary_fraction): none here
             shape = (1, positions.shape[1], 2 * inv_freq.shape[0])
             return (torch.ones(shape, dtype=x.dtype, device=x.device),
                     torch.zeros(shape, dtype=x.dtype, device=x.device))

@@ -10,6 +10,7 @@ import json
 import os
 
 from .config import CONFIG_NAME, PatchConfig
+from .layer_map import LayerMap
 
 __all__ = ["MODULE_NAME", "SAVE_ID_KEY", "STATE_NAME", "check_same_save", "resolved_config", "write_patch"]
 
@@ -33,10 +34,18 @@ def resolved_config(handle) -> PatchConfig:
     return config
 
 
-def write_patch(handle, directory: str | os.PathLike, save_id: str | None = None) -> None:
-    """Write ``hf_trajpe_config.json`` (and the learnable state, if any) of ``handle`` into ``directory``."""
-    resolved_config(handle).save(directory, save_id=save_id)
-    tensors = {k: v.detach().contiguous().cpu() for k, v in handle.state.state_dict().items()}
+def write_patch(handles, directory: str | os.PathLike, save_id: str | None = None) -> None:
+    """Write ``hf_trajpe_config.json`` (and the learnable state, if any) of the patches of a model (``handles``,
+    in the order of its installation) into ``directory``: one config, or a layer map of several; the state
+    keys are those of ``model.hf_trajpe`` (``<i>.<name>`` for several)."""
+    if len(handles) == 1:
+        (handle,) = handles
+        resolved_config(handle).save(directory, save_id=save_id)
+        state = handle.state.state_dict()
+    else:
+        LayerMap(tuple(resolved_config(h) for h in handles)).save(directory, save_id=save_id)
+        state = {f"{i}.{k}": v for i, h in enumerate(handles) for k, v in h.state.state_dict().items()}
+    tensors = {k: v.detach().contiguous().cpu() for k, v in state.items()}
     path = os.path.join(directory, STATE_NAME)
     if tensors:
         from safetensors.torch import save_file

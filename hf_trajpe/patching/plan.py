@@ -8,6 +8,7 @@ plan and never check options again. Every refusal happens here, before the model
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 from dataclasses import dataclass
 
@@ -17,6 +18,7 @@ from ..strength import make_strength
 from .config import PatchConfig
 from .families import FamilyAdapter, adapter_for
 from .families.structure import rotary_frequencies
+from .layers import describe_layers, resolve_selection
 from .rope_scaling import RopeScaling, resolve_rope_parameters
 from .schemes import check_interpolation, get_scheme
 
@@ -71,8 +73,12 @@ class PatchPlan:
       ``rotary`` (the rotary module's replacement), ``embeddings`` (added to the input embeddings),
       ``attention`` (our attention function), or ``none``.
     - ``head_dim``: the width of one attention head; ``attention_modules``: how many self-attention
-      modules our attention functions serve (numbered in model order; a scheme with per-layer state,
-      such as CoPE, keeps one entry per module).
+      modules our attention functions serve (numbered in model order, or in the order of ``layers``; a
+      scheme with per-layer state, such as CoPE, keeps one entry per module).
+    - ``layers``: the attention layers the patch applies to (indices in model order); ``None``: all of them.
+      With layers, ``hook`` ``rotary`` means the selected layers' ``position_embeddings`` (layer_hooks.py).
+    - ``rotary_width``: the dimensions of each head a rotation inside attention turns (``rotary_fraction``);
+      ``None``: the whole head.
     """
 
     config: PatchConfig
@@ -92,6 +98,8 @@ class PatchPlan:
     attention_modules: int = 0
     #: context extension of the rotation (``rope_parameters``), resolved against the model; ``None``: none
     rope_scaling: RopeScaling | None = None
+    layers: tuple[int, ...] | None = None
+    rotary_width: int | None = None
 
     @property
     def key_positions(self) -> bool:
@@ -105,12 +113,17 @@ class PatchPlan:
 
     def describe(self) -> str:
         c = self.config
+        where = ("" if self.layers is None else f" on layer {self.layers[0]}" if len(self.layers) == 1
+                 else f" on layers {describe_layers(self.layers)}")
+        fraction = [f"rotary_fraction={c.rotary_fraction:g}"] if c.rotary_fraction is not None else []
         if self.trajectory:
             extend = f", extend={c.extend:g}" if c.extend is not None else ""
-            return f"trajectory on {self.scheme} (strength={c.strength}, beta={c.beta}{extend})"
-        if c.scheme_options:
-            return f"{c.encoding} ({', '.join(f'{k}={v}' for k, v in c.scheme_options.items())})"
-        return c.encoding if c.encoding != "native" else f"native ({self.scheme})"
+            more = "".join(f", {f}" for f in fraction)
+            return f"trajectory on {self.scheme} (strength={c.strength}, beta={c.beta}{extend}{more}){where}"
+        options = [f"{k}={v}" for k, v in c.scheme_options.items()] + fraction
+        if options:
+            return f"{c.encoding} ({', '.join(options)}){where}"
+        return (c.encoding if c.encoding != "native" else f"native ({self.scheme})") + where
 
 
 def embedding_matched_scale(model: nn.Module) -> float:
@@ -194,7 +207,17 @@ def resolve_plan(config: PatchConfig, model: nn.Module) -> PatchPlan:
             )
         max_positions = max_positions or table_rows
 
+    if config.rotary_fraction is not None and scheme_cls.contributes != "rotary":
+        raise ValueError(f"rotary_fraction applies only where a rotation is applied; {name} on this {family.name} "
+                         "model uses no rotary, so it would be ignored: leave rotary_fraction out")
     hook = _hook(scheme_cls, family)
+    if config.rotary_fraction is not None:
+        if not family.self_attention:
+            raise NotImplementedError(
+                f"rotary_fraction rotates part of each head inside attention, through hf_trajpe's attention "
+                f"functions, which {family.name} does not run (its positions are computed in the model's own code); "
+                "patch it without rotary_fraction")
+        hook = "attention"  # the model's own rotation (if any) is switched off; ours runs inside attention
     attn_stock = model_config._attn_implementation
     if hook == "attention" and attn_stock not in ATTENTION_NAMES:
         desc = f"trajectory on {name}" if trajectory else config.encoding
@@ -228,15 +251,87 @@ def resolve_plan(config: PatchConfig, model: nn.Module) -> PatchPlan:
     if config.rope_parameters is not None:
         scaling = _rope_scaling(config, model_config, family, name, hook, rotary, head_dim)
         config = dataclasses.replace(config, rope_parameters=scaling.given)
+    rope_theta, rotary_width = float(config.rope_theta), None
+    if config.rotary_fraction is not None:
+        rotary_width = _rotary_width(config.rotary_fraction, head_dim, family)
+        if rotary is not None:
+            rope_theta = _model_rope_theta(model_config)
+    layers = None
+    if config.layers is not None:
+        layers = _check_layers(config, family, name, scheme_cls, hook, attention)
     plan = PatchPlan(
         config=config, family=family, scheme=name, trajectory=trajectory, interpolation=interpolation,
         causal=causal, width=int(model_config.hidden_size), table_offset=table_offset,
         max_positions=max_positions, hook=hook, attn_stock=attn_stock,
-        sinusoid_scale=float(config.sinusoid_scale), rope_theta=float(config.rope_theta),
-        head_dim=head_dim, attention_modules=len(attention), rope_scaling=scaling,
+        sinusoid_scale=float(config.sinusoid_scale), rope_theta=rope_theta,
+        head_dim=head_dim, attention_modules=len(attention) if layers is None else len(layers),
+        rope_scaling=scaling, layers=layers, rotary_width=rotary_width,
     )
     scheme_cls.check_model(plan)
     return plan
+
+
+def _rotary_width(fraction: float, head_dim: int | None, family: FamilyAdapter) -> int:
+    """The rotated dimensions of a head for ``rotary_fraction``: ``int(head_dim * fraction)``, as GPT-NeoX and
+    Phi compute theirs; it must be even (dimensions turn in pairs) and at least 2."""
+    if head_dim is None:
+        raise NotImplementedError(f"{family.name}: cannot tell the attention head width for rotary_fraction")
+    width = int(head_dim * fraction)
+    if width < 2 or width % 2:
+        raise ValueError(f"rotary_fraction={fraction:g} of a head of {head_dim} dimensions rotates {width}; the "
+                         "rotated width must be even and at least 2 (dimensions turn in pairs): choose a fraction "
+                         f"with int({head_dim} * fraction) even")
+    return width
+
+
+def _model_rope_theta(model_config) -> float:
+    """The ``rope_theta`` of a model with a rotary module, for ``rotary_fraction``'s default frequencies."""
+    stock = dict(getattr(model_config, "rope_parameters", None) or {})
+    if any(isinstance(v, dict) for v in stock.values()):
+        raise NotImplementedError(f"{model_config.model_type}: rotary parameters differ per layer type in this model; "
+                                  "rotary_fraction applies to models with one set: patch it without rotary_fraction")
+    rope_type = stock.get("rope_type", "default")
+    if rope_type != "default":
+        raise NotImplementedError(
+            f"rotary_fraction recomputes default rotary frequencies at the model's rope_theta; this "
+            f"{model_config.model_type} uses rope_type {rope_type!r}, whose frequencies depend on the rotated "
+            "width in their own way: patch it without rotary_fraction")
+    theta = stock.get("rope_theta", getattr(model_config, "rope_theta", None))
+    return float(theta) if theta is not None else 10000.0
+
+
+def _check_layers(config: PatchConfig, family: FamilyAdapter, name: str, scheme_cls, hook: str,
+                  attention: list[nn.Module]) -> tuple[int, ...]:
+    """The layer indices of ``config.layers`` on this model, or a refusal saying why a layer selection cannot
+    apply here (docs/patching.md, "Layer selections")."""
+    if not family.takes_layers:
+        why = ("its own encoding is a learned position table added once to the input embeddings, so no layer has "
+               "an encoding of its own to swap" if family.table_path else
+               "its positions are computed in its own code, not given to each attention layer")
+        raise NotImplementedError(
+            f"{family.name}: a layer selection needs a model whose own encoding acts inside every attention layer "
+            f"through a shared rotary module (Llama, Mistral, Qwen, Gemma, GPT-NeoX, Phi, SmolLM3, ...); {why}. "
+            "Patch it without layers")
+    if scheme_cls.contributes == "additive":
+        raise ValueError(f"{name} is added once to the input embeddings, before the first layer, so it cannot be "
+                         "given to some layers only: patch it without layers")
+    if config.rope_parameters is not None:
+        raise ValueError("rope_parameters extends the whole model's context (config.max_position_embeddings follows "
+                         "it), not some layers: give it without layers")
+    refused = sorted({type(m).__name__ for m in attention
+                      if "position_embeddings" not in inspect.signature(type(m).forward).parameters})
+    if refused:
+        raise NotImplementedError(f"{family.name}: its attention ({', '.join(refused)}) takes no position_embeddings "
+                                  "argument, through which a layer selection gives each layer its own rotation")
+    indices = resolve_selection(config.layers, len(attention))
+    if hook == "rotary":
+        unrotated = [i for i in indices if not getattr(attention[i], "use_rope", True)]
+        if unrotated:
+            raise ValueError(
+                f"layers {describe_layers(unrotated)} of this {family.name} apply no rotation of their own (its "
+                f"no_rope_layers), so {name} through the model's rotary path would do nothing there; give "
+                "rotary_fraction=1.0 (the rotation then runs inside attention), or leave those layers out")
+    return indices
 
 
 def _rope_scaling(config: PatchConfig, model_config, family: FamilyAdapter, name: str, hook: str, rotary,

@@ -10,7 +10,8 @@ import os
 from torch import nn
 
 from .api import patch
-from .config import CONFIG_NAME, PatchConfig
+from .config import CONFIG_NAME
+from .layer_map import load_config
 from .persistence import SAVE_ID_KEY, STATE_NAME, check_same_save
 
 __all__ = ["from_pretrained", "load_patch"]
@@ -23,7 +24,7 @@ def load_patch(model: nn.Module, directory: str | os.PathLike):
     on any error the model is as it was. A patch with learned state (a learnable strength, ...) refuses a
     folder without its state file: loading the initial values instead would silently change the model.
     """
-    config = PatchConfig.load(directory)
+    config = load_config(directory)  # one patch, or a layer map of several
     check_same_save(directory, model.config.__dict__.get(SAVE_ID_KEY), strict=False)
     path = os.path.join(directory, STATE_NAME)
     tensors = None
@@ -81,7 +82,7 @@ def from_pretrained(directory: str | os.PathLike, model_class=None, **kwargs) ->
     path = resolve_source(directory)
     if is_gguf(path):
         return load_model(path, model_class, **kwargs)
-    PatchConfig.load(path)  # no patch saved there: say so before the weights are read
+    load_config(path)  # no patch saved there: say so before the weights are read
     config_json = os.path.join(path, "config.json")
     if os.path.isfile(config_json):
         with open(config_json, encoding="utf-8") as fh:

@@ -17,7 +17,18 @@ from ..encodings.trajectory import TrajectoryPast, extend_positions, trajectory_
 from ..strength import AutoStrength
 from .types import DecodingMemoryView, PositionState
 
-__all__ = ["RankPositions", "TrajectoryPositions"]
+__all__ = ["RankPositions", "TrajectoryPositions", "real_ranks"]
+
+
+def real_ranks(mask: torch.Tensor | None, past_real: torch.Tensor | None, b: int, n: int,
+               device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(ranks [b, n] int64, real [b, n] bool)``: the rank of each real token among the real tokens of its row,
+    continuing after the ``past_real`` tokens of the KV cache (``None``: none); pad tokens 0."""
+    real = torch.ones(b, n, dtype=torch.bool, device=device) if mask is None else mask.bool()
+    rank = real.to(torch.int64).cumsum(dim=1) - 1
+    if past_real is not None:
+        rank = rank + past_real.to(device)[:, None]
+    return torch.where(real, rank, 0), real
 
 
 class RankPositions:
@@ -28,12 +39,10 @@ class RankPositions:
                  use_cache: bool, embedding_weight) -> tuple[torch.Tensor, torch.Tensor, None]:
         b, n = embeddings.shape[:2]
         device = embeddings.device
-        real = torch.ones(b, n, dtype=torch.bool, device=device) if mask is None else mask.bool()
-        rank = real.to(torch.int64).cumsum(dim=1) - 1
-        if memory is not None:
-            rank = rank + memory.num_real.to(device)[:, None]
-        positions = torch.where(real, rank, 0).to(torch.float32)
-        num_real = real.sum(dim=1) + (memory.num_real.to(device) if memory is not None else 0)
+        past_real = memory.num_real if memory is not None else None
+        rank, real = real_ranks(mask, past_real, b, n, device)
+        positions = rank.to(torch.float32)
+        num_real = real.sum(dim=1) + (past_real.to(device) if past_real is not None else 0)
         return positions, num_real, None
 
 

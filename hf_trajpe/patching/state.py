@@ -24,7 +24,7 @@ from .plan import PatchPlan, plan_strength
 from .schemes import get_scheme
 from .sources import RankPositions, TrajectoryPositions
 
-__all__ = ["DecodingMemory", "PatchState", "Step", "MEMORY_ATTR", "STATE_ATTR", "bind_state"]
+__all__ = ["DecodingMemory", "PatchState", "PatchStates", "Step", "MEMORY_ATTR", "STATE_ATTR", "bind_state"]
 
 #: attribute of the KV cache object that holds :class:`DecodingMemory`
 MEMORY_ATTR = "_hf_trajpe_memory"
@@ -60,9 +60,11 @@ class DecodingMemory:
 class Step:
     """Positions of one forward plus lazily built tensors shared by all layers (``memo``)."""
 
-    def __init__(self, positions: torch.Tensor, key_positions: torch.Tensor | None) -> None:
+    def __init__(self, positions: torch.Tensor, key_positions: torch.Tensor | None,
+                 past_real: torch.Tensor | None = None) -> None:
         self.positions = positions  # [b, n] float32; pad tokens 0
         self.key_positions = key_positions  # [b, t] or None
+        self.past_real = past_real  # [b] real tokens before this forward (in the KV cache), or None
         self.memo: dict = {}
 
 
@@ -116,6 +118,8 @@ class PatchState(nn.Module):
         self.guard = ForwardGuard()
         #: real tokens whose trajectory position was clamped at the position limit, since patching
         self.clamped_tokens = 0
+        #: attribute of the KV cache object holding this state's :class:`DecodingMemory` (one per patch of a model)
+        self.memory_key = MEMORY_ATTR
 
     def trajectory_options(self) -> dict:
         """Keyword arguments of ``trajectory_positions`` for this patch (positions clamped by the source)."""
@@ -192,7 +196,7 @@ class PatchState(nn.Module):
         if past_key_values is not None and hasattr(past_key_values, "get_seq_length"):
             past_len = int(past_key_values.get_seq_length())
             if past_len:
-                memory = past_key_values.__dict__.get(MEMORY_ATTR)
+                memory = past_key_values.__dict__.get(self.memory_key)
                 if memory is None:
                     if self.plan.trajectory or self.plan.uses_attention:
                         raise RuntimeError(
@@ -232,7 +236,7 @@ class PatchState(nn.Module):
             key_positions = positions
             if memory is not None:
                 key_positions = torch.cat((memory.key_positions, positions), dim=1)
-        self.step = Step(positions, key_positions)
+        self.step = Step(positions, key_positions, memory.num_real if memory is not None else None)
         self.pending = DecodingMemory(num_real, key_positions, past) if use_cache else None
 
     # -- what the replacement modules read -----------------------------------------------------------
@@ -242,3 +246,11 @@ class PatchState(nn.Module):
         if self.scheme.contributes != "additive":
             return like.new_zeros(1, 1, like.shape[-1])
         return self.scheme.additive(self.step.positions, table).to(like.dtype)
+
+
+class PatchStates(nn.ModuleList):
+    """The states of a model carrying several patches on disjoint layers, as ``model.hf_trajpe`` (keys
+    ``<i>.<name>``, ``i`` the patch's place in the model's installation)."""
+
+    def describe(self) -> str:
+        return "; ".join(state.describe() for state in self)

@@ -24,7 +24,8 @@ from ..training.config import (
 )
 from ..training.typed_config import apply_overrides
 
-__all__ = ["NATIVE", "StudyTrain", "experiment_config", "patch_options", "read_study_data"]
+__all__ = ["NATIVE", "StudyTrain", "experiment_config", "patch_options", "patch_value", "read_study_data",
+           "training_encoding"]
 
 #: the encoding name in ``encodings`` that means "the model as built, not patched"
 NATIVE = "native"
@@ -91,6 +92,69 @@ def patch_options(opts: dict) -> dict | None:
     return opts
 
 
+def patch_value(opts: dict):
+    """The ``PatchConfig`` of one encoding entry as ``hf_trajpe.patch`` takes it (``{encoding: cope, npos_max: 256}``:
+    a scheme's own options beside the common ones; ``layers: every:4`` for some layers), or the ``LayerMap`` of an
+    entry whose ``encoding`` is a layer map (``{encoding: {"every:4:3": none, "0-1": {encoding: alibi}}}``)."""
+    from ..patching import PatchConfig
+
+    opts = dict(opts)
+    encoding = opts.pop("encoding")
+    if isinstance(encoding, dict):
+        from ..patching import LayerMap
+
+        if opts:
+            raise ValueError(f"a layer map ({{selection: encoding}}) carries the options of each entry; "
+                             f"{', '.join(sorted(opts))} beside it would apply to none: move them into its entries")
+        return LayerMap.from_spec(encoding)
+    return PatchConfig.from_options(encoding, **opts)
+
+
+def check_layers_on_model(model: dict, encodings: dict) -> None:
+    """Patch the study's model (built once from its config, on the CPU, the global random state untouched) with
+    every encoding entry that names layers, so a selection the model cannot take (GPT-2's learned table, a layer
+    it does not have, overlapping selections) fails here, naming the entry, before any data or training."""
+    from ..patching import LayerMap
+
+    values = {name: patch_value(opts) for name, opts in encodings.items() if patch_options(opts) is not None}
+    layered = {name: v for name, v in values.items() if isinstance(v, LayerMap) or v.layers is not None}
+    if not layered:
+        return
+    import torch
+    import transformers
+
+    import hf_trajpe
+
+    options = dict(model)
+    config = transformers.AutoConfig.for_model(options.pop("model_type"), **options)
+    with torch.random.fork_rng(devices=[]):
+        built = transformers.AutoModelForCausalLM.from_config(config)
+    for name, value in layered.items():
+        try:
+            hf_trajpe.patch(built, value).unpatch()
+        except (NotImplementedError, TypeError, ValueError) as err:
+            raise ConfigError(f"encodings.{name}: {err}") from None
+
+
+def training_encoding(opts: dict | None) -> dict | None:
+    """The ``encoding`` section of an experiment config (:class:`~hf_trajpe.training.config.EncodingConfig`) for
+    the flat patch options of a study entry (``None``: not patched)."""
+    if opts is None:
+        return None
+    opts = dict(opts)
+    encoding = opts.pop("encoding")
+    if not isinstance(encoding, dict):
+        return {"name": encoding, "options": opts}
+    layers = {}
+    for selection, entry in encoding.items():
+        if isinstance(entry, dict):
+            entry = dict(entry)
+            layers[selection] = {"name": entry.pop("encoding", None), "options": entry}
+        else:
+            layers[selection] = entry
+    return {"layers": layers}
+
+
 def experiment_config(cfg, name: str, options: dict | None, seed: int,
                       output_dir: str | Path, data: dict | None = None) -> ExperimentConfig:
     """The experiment config one study run trains with (``Trainer`` of :mod:`hf_trajpe.training`, the
@@ -102,10 +166,7 @@ def experiment_config(cfg, name: str, options: dict | None, seed: int,
     from ..data.registry import names
 
     t = cfg.train
-    encoding = None
-    if options is not None:
-        opts = dict(options)
-        encoding = {"name": opts.pop("encoding"), "options": opts}
+    encoding = training_encoding(options)
     if data is None:
         data = {"path": str(Path(cfg.output_dir) / "data"), "content_types": sorted(names()),
                 "train": cfg.data.train, "validation": 0, "test": cfg.data.test, "seed": cfg.data.seed,

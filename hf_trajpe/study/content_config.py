@@ -17,10 +17,12 @@ from .config import (
     StudyTrain,
     check_comparisons,
     check_encoding_names,
+    check_layers_on_model,
     check_margin,
     check_training_sections,
     experiment_config,
     patch_options,
+    patch_value,
 )
 
 __all__ = ["StudyConfig", "StudyData", "StudyEval", "StudySweep"]
@@ -86,7 +88,7 @@ class StudyConfig:
             if not isinstance(opts, dict) or "encoding" not in opts:
                 raise ConfigError(f"encodings.{name}: expected a mapping with an 'encoding' key, got {opts!r}")
             try:
-                PatchConfig.from_options(**opts)  # npos_max and other scheme options included
+                patch_value(opts)  # npos_max and other scheme options included; a layer map
             except (TypeError, ValueError) as err:
                 raise ConfigError(f"encodings.{name}: {err}") from None
         if self.baseline not in self.encodings:
@@ -97,6 +99,7 @@ class StudyConfig:
                     raise ConfigError(f"trajectory_pairs: {n!r} is not one of the encodings {list(self.encodings)}")
         check_comparisons(self.comparisons, self.encodings)
         check_training_sections(self)
+        check_layers_on_model(self.model, self.encodings)
         check_margin(self.equivalence_margin)
         if not 0 < self.eval.calibrated_mass <= 1:
             raise ConfigError(f"eval.calibrated_mass must be in (0, 1], got {self.eval.calibrated_mass}")

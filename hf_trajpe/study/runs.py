@@ -49,12 +49,12 @@ def same_patch(saved: dict | None, options: dict | None) -> bool:
     the model's config, so the saved dict matches when it holds every key given, with the same value; a scheme
     option added after the save counts at its default, the behaviour the model was trained with)."""
     from ..patching import PatchConfig
+    from .config import patch_value
 
     if saved is None or options is None:
         return saved is None and options is None
     # flat options as hf_trajpe.patch takes them (a scheme's own, e.g. cope's npos_max, beside the common ones)
-    want = (PatchConfig.from_options(**options) if hasattr(PatchConfig, "from_options")
-            else PatchConfig(**options)).to_dict()
+    want = patch_value(options).to_dict()
     try:  # with the defaults of options added since it was saved (cope's position_logit_scale): what it trained with
         saved = {**saved, **{k: v for k, v in PatchConfig.from_dict(saved).to_dict().items() if k == "scheme_options"}}
     except (TypeError, ValueError):

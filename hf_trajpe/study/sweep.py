@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .config import patch_options
+from .config import patch_options, patch_value
 from .content_config import StudyConfig
 from .runs import Run, run_folder
 
@@ -25,14 +25,13 @@ def sweep_label(strength: float) -> str:
 
 def _canonical(opts: dict | None):
     """A comparable form of a patch; trajectory at strength 0 becomes its base encoding."""
-    from ..patching import PatchConfig
 
     if opts is None:
         return ("native",)
     opts = dict(opts)
     if opts.get("encoding") == "trajectory" and opts.get("strength", 0.2) == 0 and opts.get("base"):
         opts = {k: v for k, v in opts.items() if k not in _TRAJECTORY_ONLY} | {"encoding": opts["base"]}
-    cfg = PatchConfig.from_options(**opts).to_dict()
+    cfg = patch_value(opts).to_dict()
     return tuple(sorted((k, str(v)) for k, v in cfg.items()))
 
 

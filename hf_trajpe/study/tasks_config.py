@@ -42,10 +42,12 @@ from .config import (
     StudyTrain,
     check_comparisons,
     check_encoding_names,
+    check_layers_on_model,
     check_margin,
     check_training_sections,
     experiment_config,
     patch_options,
+    patch_value,
 )
 
 __all__ = ["LOSSES", "TaskBudget", "TaskData", "TaskEval", "TaskStudyConfig", "patch_config", "task_experiment"]
@@ -105,7 +107,8 @@ class TaskStudyConfig:
         known = encoding_names()
         return {name: f"encoding {opts.get('encoding')!r} is not in this install of hf_trajpe ({', '.join(known)})"
                 for name, opts in self.encodings.items()
-                if name in self.optional_encodings and isinstance(opts, dict) and opts.get("encoding") not in known}
+                if name in self.optional_encodings and isinstance(opts, dict)
+                and not set(_encodings_of(opts.get("encoding"))) <= set(known)}
 
     def available_encodings(self) -> dict[str, dict]:
         skip = self.unavailable()
@@ -160,6 +163,7 @@ class TaskStudyConfig:
         if self.baseline not in available:
             raise ConfigError(f"baseline {self.baseline!r} is not one of the available encodings {list(available)}")
         check_training_sections(self)
+        check_layers_on_model(self.model, available)
         self._check_per_task(available)
         check_margin(self.equivalence_margin)
         _check_data(self.data)
@@ -243,14 +247,17 @@ def _check_data(data: TaskData) -> None:
         raise ConfigError(f"data.vary_with_seed: true or false, got {data.vary_with_seed!r}")
 
 
-def patch_config(opts: dict):
-    """The ``PatchConfig`` of flat patch options as ``hf_trajpe.patch`` takes them (``{encoding: cope,
-    npos_max: 256}``: a scheme's own options beside the common ones, where this install has them)."""
-    from ..patching import PatchConfig
+def _encodings_of(encoding) -> list:
+    """The encoding names of an entry's ``encoding``: the name, or those of a layer map's entries."""
+    if not isinstance(encoding, dict):
+        return [encoding]
+    return [e.get("encoding") if isinstance(e, dict) else e for e in encoding.values()]
 
-    if hasattr(PatchConfig, "from_options"):
-        return PatchConfig.from_options(**opts)
-    return PatchConfig(**opts)
+
+def patch_config(opts: dict):
+    """The ``PatchConfig`` (or ``LayerMap``) of flat patch options as ``hf_trajpe.patch`` takes them
+    (:func:`~hf_trajpe.study.config.patch_value`)."""
+    return patch_value(opts)
 
 
 def task_experiment(cfg: TaskStudyConfig, task: str, name: str, options: dict | None, seed: int,

@@ -102,8 +102,9 @@ def _summary(run: Run, trainer, log_every: int, threads: int) -> dict:
                "train_seconds": seconds, "tokens_per_second": steps * batch * block / seconds,
                "first_loss": curve[0]["loss"], "final_loss": curve[-1]["loss"], "curve": curve,
                "threads": threads}
-    if handle is not None and handle.config.learnable_strength:
-        summary["learned_strength"] = float(handle.state.strength.value.detach())
+    learned = [h for h in getattr(handle, "handles", (handle,)) if h is not None and h.config.learnable_strength]
+    if learned:  # (the first: one learnable strength per run in the studies)
+        summary["learned_strength"] = float(learned[0].state.strength.value.detach())
     return summary
 
 

@@ -169,26 +169,88 @@ def _numeric_field(cls, default, key: str) -> bool:
 
 @dataclass
 class EncodingConfig:
-    """The encoding passed to ``hf_trajpe.patch(model, name, **options)``."""
+    """The encoding passed to ``hf_trajpe.patch(model, name, **options)``; ``options.layers`` patches some
+    layers only (``"every:4"``, ``[3, 7]``, ...). ``layers``: a layer map instead, several encodings on
+    disjoint layers, ``{selection: name}`` or ``{selection: {name: ..., options: {...}}}`` (``name`` and
+    ``options`` left out then)."""
 
     name: str = "native"
     options: dict = field(default_factory=dict)
+    layers: dict | None = None
 
     def validate(self, where: str) -> None:
-        from ..patching.config import ENCODINGS, PatchConfig
+        from ..patching.config import ENCODINGS
 
+        if self.layers is not None:
+            if self.name != "native" or self.options:
+                raise ConfigError(f"{where}.layers is a layer map that names the encoding of each selection: leave "
+                                  f"{where}.name and {where}.options out (or use {where}.options.layers for one "
+                                  "encoding on some layers)")
+            if not self.layers:
+                raise ConfigError(f"{where}.layers: a layer map needs at least one entry selection: encoding")
+            for selection, entry in self.layers.items():
+                _check_entry(entry, f"{where}.layers.{selection}")
+            try:
+                self.layer_map()
+            except (TypeError, ValueError) as err:
+                raise ConfigError(f"{where}.layers: {err}") from err
+            return
         if self.name not in ENCODINGS:
             raise ConfigError(f"{where}.name: unknown encoding {self.name!r}{_suggest(self.name, ENCODINGS)}")
-        from ..patching.schemes import SCHEMES
+        _check_options(self.name, self.options, f"{where}.options")
 
-        valid = set(PatchConfig.common_options()) | {k for c in SCHEMES.values() for k in c.options}
-        for key in self.options:
-            if key not in valid:
-                raise ConfigError(f"{where}.options.{key}: not an option of hf_trajpe.patch{_suggest(key, valid)}")
-        try:
-            PatchConfig.from_options(self.name, **self.options)
-        except (TypeError, ValueError) as err:
-            raise ConfigError(f"{where}.options: {err}") from err
+    def layer_map(self):
+        """The :class:`~hf_trajpe.patching.LayerMap` of ``layers`` (``None`` without one)."""
+        from ..patching.layer_map import LayerMap
+
+        if self.layers is None:
+            return None
+        spec = {sel: ({"encoding": e} if isinstance(e, str) else {"encoding": e["name"], **e.get("options", {})})
+                for sel, e in self.layers.items()}
+        return LayerMap.from_spec(spec)
+
+    def patch_arguments(self) -> tuple[object, dict]:
+        """``(encoding, options)`` for ``hf_trajpe.patch(model, encoding, **options)``."""
+        layer_map = self.layer_map()
+        return (layer_map, {}) if layer_map is not None else (self.name, dict(self.options))
+
+
+def _check_entry(entry, where: str) -> None:
+    """One entry of a layer map: an encoding name or ``{name: ..., options: {...}}``."""
+    from ..patching.config import ENCODINGS
+
+    if isinstance(entry, str):
+        name, options = entry, {}
+    elif isinstance(entry, dict):
+        unknown = sorted(set(entry) - {"name", "options"})
+        if unknown or "name" not in entry:
+            raise ConfigError(f"{where}: an entry of a layer map is an encoding name or {{name: ..., options: {{...}}}}"
+                              f"; got {entry!r}")
+        name, options = entry["name"], entry.get("options", {})
+        if not isinstance(options, dict):
+            raise ConfigError(f"{where}.options: expected a mapping, got {options!r}")
+    else:
+        raise ConfigError(f"{where}: an entry of a layer map is an encoding name or {{name: ..., options: {{...}}}}; "
+                          f"got {entry!r}")
+    if name not in ENCODINGS:
+        raise ConfigError(f"{where}.name: unknown encoding {name!r}{_suggest(str(name), ENCODINGS)}")
+    if "layers" in options:
+        raise ConfigError(f"{where}.options.layers: the layers of a map entry are its key; leave 'layers' out")
+    _check_options(name, options, f"{where}.options")
+
+
+def _check_options(name: str, options: dict, where: str) -> None:
+    from ..patching.config import PatchConfig
+    from ..patching.schemes import SCHEMES
+
+    valid = set(PatchConfig.common_options()) | {k for c in SCHEMES.values() for k in c.options}
+    for key in options:
+        if key not in valid:
+            raise ConfigError(f"{where}.{key}: not an option of hf_trajpe.patch{_suggest(key, valid)}")
+    try:
+        PatchConfig.from_options(name, **options)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"{where}: {err}") from err
 
 
 @dataclass
@@ -370,7 +432,8 @@ class ExperimentConfig:
         out: dict[str, Any] = {}
 
         def walk(prefix: str, value) -> None:
-            if isinstance(value, dict) and value and prefix not in ("model.config", "encoding.options"):
+            if isinstance(value, dict) and value and prefix not in ("model.config", "encoding.options",
+                                                                     "encoding.layers"):
                 for k, v in value.items():
                     walk(f"{prefix}.{k}" if prefix else k, v)
             elif isinstance(value, (int, float, str, bool)):

@@ -89,8 +89,10 @@ def build_model(cfg: ExperimentConfig, tokenizer=None):
     name_loss(model, m.task)
     handle = None
     if cfg.encoding is not None:
-        handle = hf_trajpe.patch(model, cfg.encoding.name, **cfg.encoding.options)
-        if handle.config.encoding == "trajectory" and handle.config.strength == "auto" and tokenizer is not None:
+        encoding, options = cfg.encoding.patch_arguments()
+        handle = hf_trajpe.patch(model, encoding, **options)
+        auto = any(c.encoding == "trajectory" and c.strength == "auto" for c in handle.configs)
+        if auto and tokenizer is not None:
             handle.set_tokenizer(tokenizer)
     if m.lora is not None:
         model = add_lora(model, m.lora, m.task)

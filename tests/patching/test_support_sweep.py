@@ -6,7 +6,7 @@ import pytest
 
 import hf_trajpe
 from hf_trajpe.coverage import check_model_type, model_types
-from hf_trajpe.patching import SUPPORTED
+from hf_trajpe.patching import SUPPORTED, SUPPORTED_LAYERS
 
 #: model types users bring that the sweep must keep green (the last two through the sweep's own eyes; gptj, bloom
 #: and mpt through their family overrides)
@@ -62,3 +62,5 @@ def test_supported_comes_from_the_sweep():
         assert encodings and set(encodings) <= set(hf_trajpe.patching.ENCODINGS), model_type
     for model_type in ("gpt2", "llama", "gemma3_text", "opt", "distilbert", "modernbert"):
         assert {"native", "rope", "trajectory"} <= set(SUPPORTED[model_type]), model_type
+    assert {"llama", "gemma3_text", "smollm3", "gpt_neox", "phi", "modernbert"} <= SUPPORTED_LAYERS <= set(SUPPORTED)
+    assert not {"gpt2", "bert", "opt", "gptj", "bloom", "mpt"} & SUPPORTED_LAYERS  # no layer has its own encoding

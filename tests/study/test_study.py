@@ -12,6 +12,7 @@ import torch
 import yaml
 
 from hf_trajpe.study import StudyConfig, load_study_config, run_study
+from hf_trajpe.study.config import experiment_config, patch_options
 from hf_trajpe.study.content_report import best_strength
 from hf_trajpe.study.control import random_control
 from hf_trajpe.study.screen import DETAILS, first_screen
@@ -316,3 +317,29 @@ def test_the_suite_key_picks_the_suite_and_a_yaml_without_it_keeps_the_old_rule(
     with pytest.raises(ConfigError, match=r"suite: 'context_extension' is not one of the study suites \['content', "
                                           r"'extension', 'tasks'\]"):
         load_study_config(_write(tmp_path, data))
+
+
+def test_encodings_take_layer_selections_and_maps_checked_on_the_study_model(tmp_path):
+    """A layer selection or map is an encoding entry like any other; the study's model is patched with it while
+    the config is read, so a selection it cannot take fails there, naming the entry."""
+    llama = {"model_type": "llama", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 4,
+             "num_attention_heads": 2, "num_key_value_heads": 1, "vocab_size": 259, "max_position_embeddings": 512,
+             "bos_token_id": 1, "eos_token_id": 1, "pad_token_id": 0}
+    encodings = {"learned": {"encoding": "native"}, "nope2": {"encoding": "none", "layers": "every:2:1"},
+                 "hybrid": {"encoding": {"every:2:1": "none", "0": {"encoding": "alibi"}}}}
+
+    def study(encodings: dict, model: dict | None = llama):
+        over = [f"output_dir={tmp_path}", f"encodings={json.dumps(encodings)}", "trajectory_pairs={}", "sweep=null",
+                "comparisons=[]"]
+        return load_study_config(DEFAULT, overrides=over + ([f"model={json.dumps(model)}"] if model else []))
+
+    cfg = study(encodings)
+    run = experiment_config(cfg, "hybrid", patch_options(cfg.encodings["hybrid"]), 0, tmp_path / "h")
+    assert run.encoding.layers == {"every:2:1": "none", "0": {"name": "alibi", "options": {}}}
+    learned = {"learned": {"encoding": "native"}}
+    with pytest.raises(ConfigError, match="encodings.x: layer 1 is selected twice"):
+        study({**learned, "x": {"encoding": {"0-1": "none", "1": "alibi"}}})
+    with pytest.raises(ConfigError, match="encodings.x: a layer map .* move them into"):
+        study({**learned, "x": {"encoding": {"0": "none"}, "strength": 0.3}})
+    with pytest.raises(ConfigError, match="encodings.x: .*learned position table added once"):
+        study({**learned, "x": {"encoding": "none", "layers": [1]}}, model=None)  # the default GPT-2

@@ -124,3 +124,39 @@ def test_a_boolean_is_not_a_number(override, key):
 def test_booleans_stay_valid_where_the_field_is_a_boolean():
     cfg = load_config(TINY, ["model.config.use_cache=false", "logging.progress=false", "data.balance=true"])
     assert cfg.model.config["use_cache"] is False and cfg.logging.progress is False and cfg.data.balance is True
+
+
+#: a tiny Llama (a rotary module shared by its layers: layer selections apply) from scratch
+LLAMA = ("model.config={model_type: llama, hidden_size: 32, intermediate_size: 64, num_hidden_layers: 4, "
+         "num_attention_heads: 2, num_key_value_heads: 1, vocab_size: 259, max_position_embeddings: 256, "
+         "bos_token_id: 1, eos_token_id: 1, pad_token_id: 0}")
+
+
+def test_encoding_takes_a_layer_selection_and_a_layer_map():
+    from hf_trajpe.training.model import build_model
+
+    cfg = load_config(TINY, [LLAMA, "encoding.name=none", "encoding.options.layers=every:2:1"])
+    assert cfg.encoding.patch_arguments() == ("none", {"layers": "every:2:1"})
+    model, handle = build_model(cfg)
+    assert handle.layers == (1, 3)
+    layer_map = {"every:2:1": "none", "0": {"name": "alibi"}, 2: {"name": "rope", "options": {"rotary_fraction": 0.5}}}
+    cfg = config_from_dict(dict(tiny(), model=load_config(TINY, [LLAMA]).to_dict()["model"],
+                                encoding={"layers": layer_map}))
+    model, handle = build_model(cfg)
+    assert [h.layers for h in handle.handles] == [(1, 3), (0,), (2,)]
+    assert handle.configs[2].rotary_fraction == 0.5
+    assert yaml.safe_load(yaml.safe_dump(cfg.to_dict()))["encoding"]["layers"]["every:2:1"] == "none"
+
+
+@pytest.mark.parametrize("encoding,match", [
+    ({"name": "none", "options": {"layers": "every:0"}}, r"encoding.options: layers 'every:0': every:N needs N >= 1"),
+    ({"name": "rope", "layers": {"0": "none"}}, "encoding.layers is a layer map .* leave encoding.name"),
+    ({"layers": {"0": "nonee"}}, r"encoding.layers.0.name: unknown encoding 'nonee'; did you mean 'none'"),
+    ({"layers": {"0": {"name": "cope", "options": {"npos": 3}}}}, r"encoding.layers.0.options.npos: not an option"),
+    ({"layers": {"0": {"name": "none", "options": {"layers": "1"}}}}, r"encoding.layers.0.options.layers: .*its key"),
+    ({"layers": {"0": {"encoding": "none"}}}, r"encoding.layers.0: an entry of a layer map is an encoding name"),
+    ({"layers": {}}, "encoding.layers: a layer map needs at least one entry"),
+])
+def test_layer_map_errors_name_the_key(encoding, match):
+    with pytest.raises(ConfigError, match=match):
+        config_from_dict(dict(tiny(), encoding=encoding))

@@ -361,3 +361,31 @@ def test_a_recipe_yaml_that_is_not_yaml_or_not_utf8_names_the_file(tmp_path, cap
     bad.write_bytes(b"output_dir: \xff\xfe\n")
     assert _recipe_main()(["--config", str(bad)]) == 2
     assert f"{bad}: not UTF-8 text" in capsys.readouterr().err
+
+
+#: a tiny Llama with a layer map: a learnable trajectory strength on two layers, NoPE and ALiBi on others; LoRA
+LAYER_MAP = ["model.config={model_type: llama, hidden_size: 32, intermediate_size: 64, num_hidden_layers: 4, "
+             "num_attention_heads: 2, num_key_value_heads: 1, vocab_size: 259, max_position_embeddings: 256, "
+             "bos_token_id: 1, eos_token_id: 1, pad_token_id: 0}",
+             "encoding={layers: {'0': none, '1': {name: alibi}, 'top:2': {name: trajectory, options: {strength: 0.3, "
+             "learnable_strength: true}}}}",
+             "model.lora={r: 4, lora_alpha: 8, lora_dropout: 0.0, target_modules: [q_proj, v_proj]}",
+             "optimizer.lr=0.01", "train.max_steps=4", "train.eval_every=0"]
+
+
+@pytest.mark.slow
+def test_a_layer_map_trains_with_lora_resumes_and_saves_a_reloadable_patched_model(tmp_path):
+    pytest.importorskip("peft")
+    out, split = tmp_path / "map", tmp_path / "split"
+    run_recipe(TINY, out, *LAYER_MAP)
+    summary = rank_summary(out)
+    model = hf_trajpe.from_pretrained(out / "final").eval()
+    handle = hf_trajpe.patching.get_handle(model)
+    assert [h.layers for h in handle.handles] == [(0,), (1,), (2, 3)]
+    assert abs(float(handle.handles[2].state.strength.value.detach()) - 0.3) > 1e-5, "the strength trains"
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor(summary["probe_input_ids"])).logits.double().sum()
+    assert float(logits) == pytest.approx(summary["probe_logits_sum"], rel=1e-6, abs=1e-4)
+    run_recipe(TINY, split, *LAYER_MAP, "train.stop_after=2")
+    run_recipe(TINY, split, *LAYER_MAP, resume=True)
+    assert max_abs_diff(losses(out), losses(split)) <= 1e-6

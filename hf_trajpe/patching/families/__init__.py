@@ -2,8 +2,8 @@
 overrides (``OVERRIDES``, keyed by ``model_type``) only where a model deviates from what the structure
 says: GPT-J (``gptj.py``: sin/cos buffers in every layer), BLOOM and MPT (``bloom.py``, ``mpt.py``: ALiBi
 built in the model's forward), each an :class:`~.override.OverrideAdapter` that installs itself.
-``SUPPORTED`` comes from the coverage sweep (``scripts/support_sweep.py`` writes ``supported.py`` and
-docs/support.md), not from a hand list.
+``SUPPORTED`` (and ``SUPPORTED_LAYERS``, the model types that take layer selections) comes from the coverage
+sweep (``scripts/support_sweep.py`` writes ``supported.py`` and docs/support.md), not from a hand list.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from .gptj import GPTJ
 from .mpt import MPT
 from .override import OverrideAdapter
 from .structure import StructureError, adapter_from_structure
-from .supported import SUPPORTED
+from .supported import SUPPORTED, SUPPORTED_LAYERS
 
-__all__ = ["OVERRIDES", "SUPPORTED", "FamilyAdapter", "OverrideAdapter", "StructureError", "adapter_for",
-           "register_override"]
+__all__ = ["OVERRIDES", "SUPPORTED", "SUPPORTED_LAYERS", "FamilyAdapter", "OverrideAdapter", "StructureError",
+           "adapter_for", "register_override"]
 
 #: model_type -> hand-written adapter, for models whose structure misleads (registered below)
 OVERRIDES: dict[str, FamilyAdapter] = {}

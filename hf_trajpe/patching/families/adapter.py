@@ -56,6 +56,13 @@ class FamilyAdapter:
         return frozenset(out)
 
     @property
+    def takes_layers(self) -> bool:
+        """Whether a patch can take a layer selection here: the family's own encoding acts inside every attention
+        layer, through a shared rotary module whose ``(cos, sin)`` each layer receives (docs/patching.md,
+        "Layer selections"), and its self-attention goes through transformers' attention interface."""
+        return bool(self.rotary_path and self.self_attention)
+
+    @property
     def trajectory_bases(self) -> tuple[str, ...]:
         """Schemes this family can carry that read fractional positions."""
         return tuple(n for n, c in SCHEMES.items() if c.fractional and c.supported_by(self.provides))

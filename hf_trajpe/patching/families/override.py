@@ -37,6 +37,11 @@ class OverrideAdapter(FamilyAdapter):
         return self.offers
 
     @property
+    def takes_layers(self) -> bool:
+        """No: an override computes its positions in the model's own code, for all layers at once."""
+        return False
+
+    @property
     def trajectory_bases(self) -> tuple[str, ...]:
         return tuple(n for n in super().trajectory_bases if n in self.carries)
 
