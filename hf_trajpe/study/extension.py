@@ -203,25 +203,35 @@ class ExtensionSuite:
         return result
 
     def _real(self, cfg: ExtensionStudyConfig, progress: bool, log) -> dict:
+        """The real model read with each method in turn; each method's result is kept in ``output_dir/real.json``
+        as soon as it is read, so a stopped study resumes with the methods not read yet."""
         from ..evaluation.long_context_run import evaluate_long_context
 
         r = cfg.real
         names = cfg.real_methods()
         patches = {m: method_options(cfg.methods[m], r.factor) for m in names}
         cache = Path(cfg.output_dir) / "real.json"
-        key = json.dumps({"real": dataclasses.asdict(r), "patches": patches}, sort_keys=True)
-        if cache.exists():
-            saved = json.loads(cache.read_text())
-            if saved.get("key") == key:
-                log(f"reusing the real model's reads from {cache}")
-                return saved["result"]
-        log(f"reading {r.model} at {r.length} tokens with {len(names)} methods (factor {r.factor:g})")
-        result = evaluate_long_context({m: r.model for m in names}, {m: p for m, p in patches.items() if p is not None},
-                                       tokenizer=r.tokenizer, length=r.length, kinds=r.kinds, documents=r.documents,
-                                       passkey_lengths=r.passkey_lengths, passkey_depths=r.passkey_depths,
-                                       n_resamples=r.n_resamples, progress=progress)
-        cache.write_text(json.dumps({"key": key, "result": result}, default=str) + "\n")
-        return result
+        key = json.dumps({k: v for k, v in dataclasses.asdict(r).items() if k != "methods"}, sort_keys=True)
+        saved = json.loads(cache.read_text()) if cache.exists() else {}
+        if saved.get("key") != key:
+            saved = {"key": key, "reads": {}}
+        reads = saved["reads"]
+        todo = [m for m in names if m not in reads or reads[m]["patch"] != patches[m]]
+        if len(todo) < len(names):
+            log(f"reusing the real model's reads of {len(names) - len(todo)} method(s) from {cache}")
+        for i, name in enumerate(todo, 1):
+            log(f"[{i}/{len(todo)}] reading {r.model} at {r.length} tokens with {name} (factor {r.factor:g})")
+            one = evaluate_long_context({name: r.model}, {name: patches[name]} if patches[name] else {},
+                                        tokenizer=r.tokenizer, length=r.length, kinds=r.kinds, documents=r.documents,
+                                        passkey_lengths=r.passkey_lengths, passkey_depths=r.passkey_depths,
+                                        n_resamples=r.n_resamples, progress=progress)
+            reads[name] = {"patch": patches[name], "entry": one["models"][name], "cpu_seconds": one["cpu_seconds"],
+                           "meta": {k: one[k] for k in ("length", "edges", "kinds", "trained_length", "documents")}}
+            cache.write_text(json.dumps(saved, default=str) + "\n")
+        meta = reads[names[0]]["meta"]
+        return {**meta, "models": {m: reads[m]["entry"] for m in names},
+                "patches": {m: p for m, p in patches.items() if p is not None},
+                "cpu_seconds": sum(reads[m]["cpu_seconds"] for m in names)}
 
     def report(self, cfg: ExtensionStudyConfig, results: dict, summaries: list[dict], timing: dict, versions: dict,
                command: str | None) -> dict[str, Path]:

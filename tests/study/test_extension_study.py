@@ -127,5 +127,5 @@ def test_tiny_extension_study_end_to_end_and_resume(tmp_path, capsys):
     run_study(cfg, progress=False, log=logs.append, summary=False)
     assert sum("reusing 2 trained models" in m for m in logs) == 1, logs
     assert any("reusing 4 trained models" in m for m in logs) and not any("training" in m for m in logs), logs
-    assert any("reusing the real model's reads" in m for m in logs), logs  # nothing read again either
+    assert any("reusing the real model's reads of 3 method(s)" in m for m in logs), logs  # nothing read again
     assert (tmp_path / "runs" / "reads_pretrain.pt").is_file()
