@@ -47,6 +47,14 @@ def _read_key(folder: str, options: dict | None, factor: float, count: int) -> s
     return json.dumps([str(folder), stamp, options, float(factor), count], sort_keys=True)
 
 
+def _load_reads(cache: Path | None) -> dict:
+    """The finished reads of ``cache`` (tensors, loaded with ``weights_only``) as NumPy arrays."""
+    if cache is None or not cache.exists():
+        return {}
+    saved = torch.load(cache, weights_only=True)
+    return {k: {kind: {n: t.numpy() for n, t in sc.items()} for kind, sc in v.items()} for k, v in saved.items()}
+
+
 def read_all(models: dict[int, str | dict[str, str]], methods: dict[str, dict | None], factors: list[float],
              streams: dict, trained: int, count: int, batch_size: int, progress: bool, label: str,
              patch_at_read: bool = True, cache: Path | None = None) -> dict:
@@ -61,7 +69,7 @@ def read_all(models: dict[int, str | dict[str, str]], methods: dict[str, dict | 
 
     from ..evaluation import load_model
 
-    done = torch.load(cache, weights_only=False) if cache is not None and cache.exists() else {}
+    done = _load_reads(cache)
     blocks = {f: test_blocks(streams, int(round(f * trained)), count) for f in factors}
     bar = tqdm(total=len(models) * len(methods) * len(factors), desc=f"{label}: reading", unit="read",
                disable=not progress, file=sys.stderr)
@@ -95,7 +103,8 @@ def read_all(models: dict[int, str | dict[str, str]], methods: dict[str, dict | 
                 model = None
                 gc.collect()
         if cache is not None:
-            torch.save(done, cache)
+            torch.save({k: {kind: {n: torch.from_numpy(a) for n, a in sc.items()} for kind, sc in v.items()}
+                        for k, v in done.items()}, cache)
         model = None
         gc.collect()
     bar.close()

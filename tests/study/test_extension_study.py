@@ -98,6 +98,7 @@ def test_read_losses_are_the_models_own_loss_and_its_part_past_the_trained_lengt
         assert got["past"][i] == pytest.approx(float(nll[15:].mean()), rel=1e-5)  # tokens at positions 16..39
 
 
+@pytest.mark.slow
 def test_tiny_extension_study_end_to_end_and_resume(tmp_path, capsys):
     real = tmp_path / "real_model"
     _tiny_llama(positions=128).save_pretrained(real)
