@@ -22,6 +22,7 @@ from .attention_inputs import INDEX_ATTR, attention_inputs, merged_bias_mask, ow
 from .key_bias import KEY_BIAS_DTYPES, augmented_qkv
 from .plan import ATTENTION_NAMES, self_attention_modules
 from .state import STATE_ATTR, PatchState
+from .subnormals import narrow, scale, subnormal_scales
 
 #: the attention inputs and the score mask (attention_inputs.py) are named here for the modules that bind them
 __all__ = ["ATTENTION_NAMES", "INDEX_ATTR", "attention_inputs", "register_attention", "bind_attention_modules",
@@ -50,9 +51,27 @@ def key_bias_attention(st: PatchState, stock: Callable, module, query: torch.Ten
     if scaling is None:  # what sdpa would use for the unaugmented head width
         scaling = query.shape[-1] ** -0.5
     width = value.shape[-1]
-    q, k, v = augmented_qkv(query, key, value, factors[0], factors[1], float(scaling))
+    value_scale, grad_scale = subnormal_scales(query)  # exact powers of two: no subnormals (subnormals.py)
+    q, k, v = augmented_qkv(query, key, value, factors[0], factors[1], float(scaling), value_scale, grad_scale)
     out, weights = stock(module, q, k, v, attention_mask, **dict(kwargs, scaling=scaling))
-    return out[..., :width].contiguous(), weights  # (models may .view() it; their reshape would copy anyway)
+    # contiguous (models may .view() it; their reshape would copy anyway), scaled back
+    return narrow(out, width, 1.0 / value_scale, grad_scale / value_scale), weights
+
+
+def _scaled(stock: Callable, module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+            mask: torch.Tensor | None, kwargs: dict):
+    """``stock`` attention with values and gradients scaled by exact powers of two, so that float32 on
+    the CPU computes no subnormal products of tiny ALiBi weights (subnormals.py); bit-identical otherwise."""
+    value_scale, grad_scale = subnormal_scales(query)
+    if value_scale == 1.0:
+        return stock(module, query, key, value, mask, **kwargs)
+    inverse = 1.0 / grad_scale
+    query, key = scale(query, 1.0, inverse), scale(key, 1.0, inverse)
+    value = scale(value, value_scale, value_scale * inverse)
+    if mask is not None and mask.requires_grad:
+        mask = scale(mask, 1.0, inverse)
+    out, weights = stock(module, query, key, value, mask, **kwargs)
+    return scale(out, 1.0 / value_scale, grad_scale / value_scale), weights
 
 
 def _eager_with_state(st: PatchState, module, query, key, value, attention_mask, **kwargs):
@@ -113,7 +132,7 @@ def _with_position_bias(load_stock: Callable[[], Callable], merge_mask: bool = F
             is_causal = bool(is_causal) and q_len > 1 and attention_mask is None
             if not (is_causal and kv_len > q_len):  # (else sdpa first crops the keys: leave it to sdpa)
                 mask = merged_bias_mask(st, query, key, attention_mask, is_causal)
-                return stock(module, query, key, value, mask, **dict(kwargs, is_causal=False))
+                return _scaled(stock, module, query, key, value, mask, dict(kwargs, is_causal=False))
         query, key, bias = attention_inputs(st, query, key)
         value = own_value(st, value)
         return stock(module, query, key, value, attention_mask, position_bias=bias, **kwargs)

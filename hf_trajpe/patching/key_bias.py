@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import torch
 
+from .subnormals import widen
+
 __all__ = ["KEY_BIAS_DTYPES", "augmented_qkv"]
 
 #: dtypes whose scores take the key term without visible rounding (see the module docstring)
@@ -38,16 +40,21 @@ def centred_key_term(key_positions: torch.Tensor) -> torch.Tensor:
 
 
 def augmented_qkv(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, head_factor: torch.Tensor,
-                  key_term: torch.Tensor, scaling: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                  key_term: torch.Tensor, scaling: float, value_scale: float = 1.0,
+                  grad_scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``q' = [q, head_factor_h / scaling]`` ``[b, h, n, d+1]``, ``k' = [k, key_term_j]`` ``[b, g, t, d+1]``,
-    ``v' = [v, 0]``: ``scaling * q'.k' = scaling * q.k + head_factor_h * key_term_j``; the output's last
-    column is zero and is dropped by the caller. ``head_factor``: ``[h]``; ``key_term``: ``[b, t]`` (the
-    last ``t`` columns are used)."""
-    b, h, n, _ = query.shape
-    g, t = key.shape[1], key.shape[2]
+    ``v' = [v * value_scale, 0]``: ``scaling * q'.k' = scaling * q.k + head_factor_h * key_term_j``; the
+    output's last column is zero and is dropped by the caller, who also divides it by ``value_scale``.
+    ``head_factor``: ``[h]``; ``key_term``: ``[b, t]`` (the last ``t`` columns are used). The gradients of
+    the inputs are divided by ``grad_scale`` (by ``grad_scale / value_scale`` for ``value``): the caller
+    multiplies the output's gradient by ``grad_scale / value_scale`` (subnormals.py). Each tensor is
+    written in one pass."""
+    t = key.shape[2]
     dtype = query.dtype
     q_extra = (head_factor.to(device=query.device, dtype=torch.promote_types(dtype, torch.float32)) / scaling).to(dtype)
-    q_extra = q_extra[None, :, None, None].expand(b, h, n, 1)
-    k_extra = key_term[:, -t:].to(dtype)[:, None, :, None].expand(key.shape[0], g, t, 1)
-    v_extra = value.new_zeros(()).expand(*value.shape[:-1], 1)
-    return torch.cat((query, q_extra), dim=-1), torch.cat((key, k_extra), dim=-1), torch.cat((value, v_extra), dim=-1)
+    q_extra = q_extra[None, :, None, None]  # [1, h, 1, 1], broadcast by widen
+    k_extra = key_term[:, -t:].to(dtype)[:, None, :, None]  # [b, 1, t, 1]
+    v_extra = value.new_zeros(1)
+    inverse = 1.0 / grad_scale
+    return (widen(query, q_extra, 1.0, inverse), widen(key, k_extra, 1.0, inverse),
+            widen(value, v_extra, value_scale, value_scale * inverse))
