@@ -40,7 +40,7 @@ def make_pre_hook(state: PatchState, runner: nn.Module, model_config, embed: nn.
     zero_token_types = accepts_token_types and state.plan.family.token_type_ids
 
     def pre_hook(module, args, kwargs):
-        state.guard.enter(state.describe())  # left by the post-hook, which runs even when the forward raises
+        state.guard.enter(state.describe)  # left by the post-hook, which runs even when the forward raises
         kw = dict(zip(names, args, strict=False))
         kw.update(kwargs)
         input_ids, inputs_embeds = kw.get("input_ids"), kw.get("inputs_embeds")
