@@ -44,7 +44,8 @@ def _tables(st, positions: torch.Tensor, head_dim: int, dtype: torch.dtype, devi
 
 
 def query_tables(st, head_dim: int, dtype: torch.dtype, device) -> tuple:
-    """``(cos, sin, tables)`` (``[b, n, d]``; :func:`~.rotation.rotate`'s arguments) at the positions of this forward's new tokens (memoised per forward)."""
+    """``(cos, sin, tables)`` (``[b, n, d]``; :func:`~.rotation.rotate`'s arguments) at the positions of this
+    forward's new tokens (memoised per forward)."""
     memo, key = st.step.memo, ("rope_q", head_dim, dtype)
     if key not in memo:
         memo[key] = _tables(st, st.step.positions, head_dim, dtype, device)
