@@ -263,3 +263,96 @@ def test_targets_carry_interval_rounds_and_verdict():
     assert by["trajectory/alibi"]["verdict"] == "unresolved"
     assert by["trajectory/sinusoidal"]["interval"] == [1.0, 1.02] and by["trajectory/sinusoidal"]["rounds"] == 10
     assert by["trajectory/sinusoidal"]["base_measured"] == 1.0 and by["trajectory/alibi"]["base_measured"] is None
+
+
+class _FakeClock:
+    """A clock that advances by the seconds the fake measurements report, so budgets are tested without timing."""
+
+    def __init__(self, timer: _FakeTimer):
+        self.now, self.timer = 0.0, timer
+
+    def measure(self):
+        out = self.timer.measure()
+        self.now += out["seconds"]
+        return out
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _ratio_figure(res, name):
+    f = res["variants"][name]["seconds"]
+    return {"point": f["paired_ratio"], "low": f["interval"][0], "high": f["interval"][1], "rounds": f["rounds"]}
+
+
+def test_unresolved_targets_get_rounds_until_their_interval_decides():
+    """Six rounds too scattered to decide a ratio of about 1.08 against 1.03: the deciding rounds add pairs
+    for that variant only (not for one without a target, nor for one already decided) until it reads missed."""
+    t = _FakeTimer({"slow": 1.0, "fast": 0.90, "free": 1.08}, spread=0.0)
+    clock = _FakeClock(t)
+    scripted = iter([1.3, 0.9] * 3 + [1.07, 1.09] * 200)  # the first six: median 1.1, interval [0.9, 1.3]
+
+    def measure():
+        out = clock.measure()
+        return {"seconds": next(scripted)} if t.current == "slow" else out
+
+    res = side_by_side(measure, ["slow", "fast", "free"], t.context, repeats=6, warmup=0, max_rounds=6,
+                       limits={"slow": 1.03, "fast": 1.03}, decide_max_rounds=400, clock=clock)
+    decide = res["decide"]
+    assert decide["stopped"] == "decided"
+    assert decide["rounds_added"]["slow"] > 0 and decide["rounds_added"]["slow"] % 2 == 0
+    assert decide["rounds_added"]["fast"] == 0
+    assert "free" not in decide["rounds_added"] and res["variants"]["free"]["seconds"]["rounds"] == 6
+    assert verdict(_ratio_figure(res, "slow"), 1.03) == "missed"
+    assert verdict(_ratio_figure(res, "fast"), 1.03) == "met"
+    assert res["variants"]["slow"]["seconds"]["rounds"] == 6 + decide["rounds_added"]["slow"]
+    assert _orders(t.log, "slow")["stock"] == _orders(t.log, "slow")["variant"]  # both orders equally often
+
+
+def test_a_target_within_two_percent_of_its_limit_may_stay_unresolved():
+    """A point 1% under the limit is not chased: no deciding rounds, the verdict stays unresolved."""
+    t = _FakeTimer({"near": 1.0}, spread=0.0)
+    ratios = iter([1.05, 0.97] * 3)  # paired ratios with median 1.01 and an interval [0.97, 1.05]
+
+    def measure():
+        out = t.measure()
+        return {"seconds": next(ratios)} if t.current == "near" else out
+
+    res = side_by_side(measure, ["near"], t.context, repeats=6, warmup=0, limits={"near": 1.02},
+                       decide_max_rounds=100, clock=lambda: 0.0)
+    assert res["decide"]["stopped"] == "decided" and res["decide"]["rounds_added"] == {"near": 0}
+    assert verdict(_ratio_figure(res, "near"), 1.02) == "unresolved"
+
+
+def test_the_deciding_rounds_stop_at_their_budget_and_round_cap():
+    """A variant right above its limit with wide noise cannot be decided: the rounds stop at the budget
+    (fake clock, 1 s per run) or at the cap of rounds, whichever comes first; none without either."""
+    cases = ((10.0, None, "budget", 6), (None, 12, "max_rounds", 6), (None, None, "none", 0))
+    for budget, cap, stopped, added in cases:
+        t = _FakeTimer({"a": 1.06}, spread=0.3, seed=1)
+        clock = _FakeClock(_FakeTimer({}, spread=0.0))
+
+        def measure(t=t, clock=clock):
+            clock.now += 1.0
+            return t.measure()
+
+        res = side_by_side(measure, ["a"], t.context, repeats=6, warmup=0, limits={"a": 1.03},
+                           decide_budget_s=budget, decide_max_rounds=cap, clock=clock)
+        assert res["decide"]["stopped"] == stopped, (budget, cap, res["decide"])
+        assert res["decide"]["rounds_added"]["a"] == added
+        assert res["variants"]["a"]["seconds"]["rounds"] == 6 + added
+
+
+def test_the_cpu_clock(tmp_path, capsys):
+    """``--clock cpu`` times with the process's CPU time (recorded in the result) and is refused on a GPU."""
+    from hf_trajpe.benchmarks.timing import check_clock
+
+    assert main(["bench", "encoding", "--size", "tiny", "--clock", "cpu", "--repeats", "1", "--seq", "8",
+                 "--out", str(tmp_path)]) == 0
+    assert json.loads((tmp_path / "bench.json").read_text())["meta"]["clock"] == "cpu"
+    assert main(["bench", "models", "--size", "tiny", "--clock", "cpu", "--device", "cuda"]) == 2
+    assert "--clock cpu" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="use --clock wall"):
+        check_clock("cpu", "cuda")
+    with pytest.raises(ValueError, match="unknown clock"):
+        check_clock("sundial")

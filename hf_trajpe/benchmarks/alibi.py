@@ -14,7 +14,7 @@ import torch
 
 from .memory import PeakMemory, _method, _rows, state_bytes
 from .models import describe_model
-from .setup import Size, build_model, patched, random_ids
+from .setup import Rounds, Size, build_model, patched, random_ids, rounds_for
 from .timing import side_by_side, wall
 
 __all__ = ["bench_alibi"]
@@ -25,16 +25,13 @@ def bench_alibi(
     variants: Sequence[str] = ("alibi", "trajectory/alibi"),
     device: str = "cpu",
     dtype: torch.dtype = torch.float32,
-    repeats: int | None = None,
+    rounds: Rounds | None = None,
     train_memory: bool = True,
     progress: Callable[[str], None] = print,
-    max_rounds: int | None = None,
-    budget_s: float | None = None,
 ) -> dict[str, object]:
     """Forward time ratios and peak-memory ratios of ``variants`` against stock at ``size.alibi_tokens``."""
-    repeats = repeats or size.repeats["alibi"]
-    max_rounds = max(max_rounds or size.max_rounds.get("alibi", repeats), repeats)
-    budget_s = budget_s if budget_s is not None else size.budget_s.get("alibi")
+    rounds = rounds or rounds_for(size, "alibi")
+    repeats, max_rounds = rounds.repeats, rounds.max_rounds
     n = size.alibi_tokens
     variants = list(variants)
     progress("alibi: peak memory" + (" (forward, training step)" if train_memory else " (forward)"))
@@ -68,8 +65,7 @@ def bench_alibi(
         sub = lambda d, w=what: {k.split("/", 1)[1]: v for k, v in d.items() if k.startswith(w + "/")}  # noqa: E731
         memory[what] = _rows(sub(base), sub(pm.peaks), variants)
     progress(f"alibi: llama at {n} tokens, forward, {len(variants)} variants x {repeats}-{max_rounds} paired rounds")
-    timing = side_by_side(lambda: {"seconds": wall(forward, device)}, variants, context, repeats,
-                          warmup=1, progress=lambda s: progress(f"alibi: forward {s}"), max_rounds=max_rounds,
-                          budget_s=budget_s)
-    return {"tokens": n, "batch": 1, "repeats": repeats, "config": describe_model(model), "forward": timing,
+    timing = side_by_side(lambda: {"seconds": wall(forward, device, rounds.clock)}, variants, context, warmup=1,
+                          progress=lambda s: progress(f"alibi: forward {s}"), **rounds.side_by_side())
+    return {"tokens": n, "batch": 1, **rounds.describe(), "config": describe_model(model), "forward": timing,
             "memory": memory, "memory_method": _method(device)}

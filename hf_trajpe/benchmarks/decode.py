@@ -8,13 +8,13 @@ the stamps after the first is one cached decoding step, prompt (prefill) exclude
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 
 import torch
 
-from .setup import MODELS, Size, build_model, encodings_for, patched, random_ids
-from .timing import side_by_side, stopwatch, sync
+from .setup import MODELS, Rounds, Size, build_model, encodings_for, patched, random_ids, rounds_for
+from .targets import limits_for
+from .timing import check_clock, side_by_side, stopwatch, sync
 
 __all__ = ["bench_decode", "StepClock"]
 
@@ -23,13 +23,14 @@ class StepClock:
     """A logits processor (any callable ``(input_ids, scores) -> scores`` works in ``generate``) that
     records when each new token's scores are ready; synchronises on CUDA so the stamp is real."""
 
-    def __init__(self, device: str = "cpu") -> None:
+    def __init__(self, device: str = "cpu", clock: str = "wall") -> None:
         self.device = device
+        self.timer = check_clock(clock, device)
         self.stamps: list[float] = []
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         sync(self.device)
-        self.stamps.append(time.perf_counter())
+        self.stamps.append(self.timer())
         return scores
 
     def per_token(self) -> float:
@@ -43,21 +44,18 @@ def bench_decode(
     families: Sequence[str] = MODELS,
     device: str = "cpu",
     dtype: torch.dtype = torch.float32,
-    repeats: int | None = None,
+    rounds: Rounds | None = None,
     progress: Callable[[str], None] = print,
-    max_rounds: int | None = None,
-    budget_s: float | None = None,
 ) -> dict[str, object]:
     """Per model: ``generate()`` seconds and per-token decode seconds of each encoding against stock;
-    the adaptive rounds watch the per-token figure (the target's)."""
+    the adaptive and deciding rounds watch the per-token figure (the target's)."""
     from transformers import GenerationConfig, LogitsProcessorList
 
-    repeats = repeats or size.repeats["decode"]
-    max_rounds = max(max_rounds or size.max_rounds.get("decode", repeats), repeats)
-    budget_s = budget_s if budget_s is not None else size.budget_s.get("decode")
+    rounds = rounds or rounds_for(size, "decode")
+    repeats, max_rounds, clock = rounds.repeats, rounds.max_rounds, rounds.clock
     new = size.decode_new
     out: dict[str, object] = {"prompt_tokens": size.decode_prompt, "new_tokens": new, "batch": 1,
-                              "repeats": repeats, "max_rounds": max_rounds, "budget_s": budget_s, "models": {}}
+                              **rounds.describe(), "models": {}}
     for family in families:
         model = build_model(family, size, device, dtype)
         prompt = random_ids(model.config.vocab_size, size.decode_prompt, device=device)
@@ -66,17 +64,17 @@ def bench_decode(
         variants = encodings_for(family)
 
         def measure(model=model, prompt=prompt, gen=gen) -> dict[str, float]:
-            clock = StepClock(device)
-            with torch.no_grad(), stopwatch(device) as t:
-                ids = model.generate(prompt, generation_config=gen, logits_processor=LogitsProcessorList([clock]))
+            steps = StepClock(device, clock)
+            with torch.no_grad(), stopwatch(device, clock) as t:
+                ids = model.generate(prompt, generation_config=gen, logits_processor=LogitsProcessorList([steps]))
             if ids.shape[1] != prompt.shape[1] + new:
                 raise RuntimeError(f"generate() made {ids.shape[1] - prompt.shape[1]} tokens, expected {new}")
-            return {"generate_s": t[0], "per_token_s": clock.per_token()}
+            return {"generate_s": t[0], "per_token_s": steps.per_token()}
 
         progress(f"decode: {family}, {len(variants)} encodings x {repeats}-{max_rounds} paired rounds")
-        res = side_by_side(measure, variants, patched(model), repeats, warmup=1,
-                           progress=lambda s, f=family: progress(f"decode: {f} {s}"), max_rounds=max_rounds,
-                           budget_s=budget_s, watch=["per_token_s"])
+        res = side_by_side(measure, variants, patched(model), warmup=1,
+                           progress=lambda s, f=family: progress(f"decode: {f} {s}"), watch=["per_token_s"],
+                           limits=limits_for("decode_per_token", variants), **rounds.side_by_side())
         out["models"][family] = res
         del model
     return out

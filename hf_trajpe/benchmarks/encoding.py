@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 import torch
 
 from ..encodings import SinusoidalTable, sinusoidal_encoding, trajectory_positions
+from .targets import limits_for
 from .timing import side_by_side, wall
 
 __all__ = ["BASELINE", "bench_encoding", "sinusoid_accuracy"]
@@ -29,12 +30,16 @@ def bench_encoding(
     max_rounds: int | None = None,
     budget_s: float | None = None,
     progress: Callable[[str], None] | None = None,
+    decide_budget_s: float | None = None,
+    decide_max_rounds: int | None = None,
+    clock: str = "wall",
 ) -> dict[str, object]:
     """Per variant: median seconds and its paired ratio against the lookup (with its interval), one shape.
 
     Paired rounds as for the models (timing.side_by_side): each variant runs right next to a lookup,
     the order alternating; ``repeats`` rounds at least, up to ``max_rounds`` while an interval is wider
-    than +-2% and ``budget_s`` lasts."""
+    than +-2% and ``budget_s`` lasts; then the 2x target's variants get rounds until decided, within
+    ``decide_max_rounds`` and ``decide_budget_s`` (timing.side_by_side), timed on ``clock``."""
     g = torch.Generator().manual_seed(0)
     emb = (torch.randn(batch, seq, dim, generator=g) * 0.05).to(device=device, dtype=dtype)
     table = SinusoidalTable(seq, dim).to(device)
@@ -70,8 +75,10 @@ def bench_encoding(
         yield
 
     with torch.no_grad():
-        res = side_by_side(lambda: {"seconds": wall(current[0], device)}, list(variants), context, repeats,
-                           warmup=1, progress=progress, max_rounds=max_rounds, budget_s=budget_s)
+        res = side_by_side(lambda: {"seconds": wall(current[0], device, clock)}, list(variants), context, repeats,
+                           warmup=1, progress=progress, max_rounds=max_rounds, budget_s=budget_s,
+                           limits=limits_for("encoding", variants), decide_budget_s=decide_budget_s,
+                           decide_max_rounds=decide_max_rounds)
     figs = {name: f["seconds"] for name, f in res["variants"].items()}
     return {
         "shape": {"batch": batch, "seq": seq, "dim": dim, "dtype": str(dtype).replace("torch.", ""),
@@ -79,6 +86,7 @@ def bench_encoding(
         "repeats": repeats,
         "rounds": res["rounds"],
         "stopped": res["stopped"],
+        "decide": res["decide"],
         "seconds": {BASELINE: res["stock"]["seconds"], **{k: f["median"] for k, f in figs.items()}},
         "ratio_vs_lookup": {BASELINE: 1.0, **{k: f["paired_ratio"] for k, f in figs.items()}},
         "paired": figs,

@@ -10,6 +10,10 @@ interval). Against a limit the verdict is
 - ``unresolved``: the interval straddles the limit, or there are fewer than :data:`MIN_ROUNDS`
   rounds (with 4 rounds a "95%" bootstrap interval of a median covers the truth only about 87-90% of
   the time; from 6 rounds on, 91-96% in simulations with normal and heavy-tailed noise).
+
+A target that is unresolved although its point lies more than :data:`DECIDE_MARGIN` (2%) from the limit is
+:func:`undecided`: more rounds would decide it, and the benchmarks add them (timing.side_by_side, within a
+budget). Closer than that, an unresolved verdict is the honest answer of a noisy machine.
 """
 
 from __future__ import annotations
@@ -18,8 +22,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["CONFIDENCE", "HALF_WIDTH", "MIN_ROUNDS", "VERDICTS", "paired_interval", "relative_half_width",
-           "verdict"]
+__all__ = ["CONFIDENCE", "DECIDE_MARGIN", "HALF_WIDTH", "MIN_ROUNDS", "VERDICTS", "paired_interval",
+           "relative_half_width", "undecided", "verdict"]
 
 #: two-sided confidence of the intervals
 CONFIDENCE = 0.95
@@ -30,6 +34,8 @@ MIN_ROUNDS = 6
 #: bootstrap resamples (the medians of 4,000 resamples of up to ~100 rounds take a few milliseconds)
 RESAMPLES = 4000
 VERDICTS = ("met", "missed", "unresolved")
+#: an unresolved target whose point is farther than this from its limit (relative) gets more rounds
+DECIDE_MARGIN = 0.02
 
 
 def paired_interval(ratios: Sequence[float], confidence: float = CONFIDENCE, resamples: int = RESAMPLES,
@@ -68,3 +74,9 @@ def verdict(interval: dict, limit: float, min_rounds: int = MIN_ROUNDS) -> str:
     if interval["low"] > limit:
         return "missed"
     return "unresolved"
+
+
+def undecided(interval: dict, limit: float, margin: float = DECIDE_MARGIN, min_rounds: int = MIN_ROUNDS) -> bool:
+    """Whether the target "at most ``limit``" is unresolved although its point is more than ``margin``
+    (relative) from the limit: the case more rounds should decide."""
+    return verdict(interval, limit, min_rounds) == "unresolved" and abs(interval["point"] / limit - 1) > margin

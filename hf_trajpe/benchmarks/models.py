@@ -11,7 +11,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from .setup import MODELS, Size, build_model, encodings_for, patched, random_ids
+from .setup import MODELS, Rounds, Size, build_model, encodings_for, patched, random_ids, rounds_for
+from .targets import limits_for
 from .timing import side_by_side, wall
 
 __all__ = ["bench_models", "describe_model"]
@@ -35,19 +36,16 @@ def bench_models(
     families: Sequence[str] = MODELS,
     device: str = "cpu",
     dtype: torch.dtype = torch.float32,
-    repeats: int | None = None,
+    rounds: Rounds | None = None,
     progress: Callable[[str], None] = print,
-    max_rounds: int | None = None,
-    budget_s: float | None = None,
 ) -> dict[str, object]:
     """Per model: forward and training-step time of each encoding against stock (paired ratios with their
-    intervals, medians); ``repeats`` to ``max_rounds`` paired rounds, ``budget_s`` per figure set."""
-    repeats = repeats or size.repeats["models"]
-    max_rounds = max(max_rounds or size.max_rounds.get("models", repeats), repeats)
-    budget_s = budget_s if budget_s is not None else size.budget_s.get("models")
-    adaptive = dict(max_rounds=max_rounds, budget_s=budget_s)
-    out: dict[str, object] = {"tokens": size.tokens, "batch": 1, "repeats": repeats, "max_rounds": max_rounds,
-                              "budget_s": budget_s, "models": {}}
+    intervals, medians); ``rounds``: the size's by default. The training step's targets are decided with
+    more rounds where needed (setup.Rounds)."""
+    rounds = rounds or rounds_for(size, "models")
+    repeats, max_rounds, clock = rounds.repeats, rounds.max_rounds, rounds.clock
+    adaptive = rounds.side_by_side()
+    out: dict[str, object] = {"tokens": size.tokens, "batch": 1, **rounds.describe(), "models": {}}
     for family in families:
         model = build_model(family, size, device, dtype)
         ids = random_ids(model.config.vocab_size, size.tokens, device=device)
@@ -64,18 +62,20 @@ def bench_models(
             model(input_ids=ids, labels=ids, use_cache=False).loss.backward()
 
         def measure_train(model=model) -> dict[str, float]:
-            sec = wall(train_step, device)
+            sec = wall(train_step, device, clock)
             model.zero_grad(set_to_none=True)
             return {"seconds": sec}
 
         progress(f"models: {family} forward, {len(variants)} encodings x {repeats}-{max_rounds} paired rounds")
-        fwd = side_by_side(lambda: {"seconds": wall(forward, device)}, variants, context, repeats,
-                           warmup=1, progress=lambda s, f=family: progress(f"models: {f} forward {s}"), **adaptive)
+        fwd = side_by_side(lambda: {"seconds": wall(forward, device, clock)}, variants, context, warmup=1,
+                           progress=lambda s, f=family: progress(f"models: {f} forward {s}"),
+                           **dict(adaptive, decide_budget_s=None, decide_max_rounds=None))  # (no target)
         measure_train()  # warm-up of the backward pass (stock)
         progress(f"models: {family} training step, {len(variants)} encodings x {repeats}-{max_rounds} paired "
                  "rounds")
-        train = side_by_side(measure_train, variants, context, repeats, warmup=0,
-                             progress=lambda s, f=family: progress(f"models: {f} training step {s}"), **adaptive)
+        train = side_by_side(measure_train, variants, context, warmup=0,
+                             progress=lambda s, f=family: progress(f"models: {f} training step {s}"),
+                             limits=limits_for("train_step", variants), **adaptive)
         out["models"][family] = {"config": describe_model(model), "forward": fwd, "train_step": train}
         del model
     return out

@@ -20,7 +20,7 @@ def _cfg(c: dict) -> str:
 
 def _meta(meta: dict) -> list[str]:
     lines = ["| | |", "|---|---|"]
-    keys = ("date_utc", "size", "device", "gpu", "dtype", "cpu", "cpu_count", "torch_threads", "torch", "cuda",
+    keys = ("date_utc", "size", "device", "gpu", "dtype", "clock", "cpu", "cpu_count", "torch_threads", "torch", "cuda",
             "transformers", "hf_trajpe", "python", "platform", "load_average", "load_average_end", "wall_s")
     for k in keys:
         if k in meta:
@@ -62,9 +62,19 @@ def _targets(rows: list[dict]) -> list[str]:
     return out
 
 
+def _decided(res: dict) -> str:
+    """What the rounds that decide unresolved targets did, if any were asked for."""
+    d = res.get("decide")
+    if not d or d["stopped"] == "none":
+        return ""
+    added = {k: v for k, v in d["rounds_added"].items() if v}
+    more = ", ".join(f"{k} +{v}" for k, v in added.items()) if added else "none needed"
+    return f"; deciding rounds: {more}, stopped: {d['stopped']}"
+
+
 def _rounds(res: dict) -> str:
     return (f"{res['rounds']} paired rounds (at least {res['repeats']}, at most {res['max_rounds']}; stopped: "
-            f"{res['stopped']})")
+            f"{res['stopped']}{_decided(res)})")
 
 
 def _timing_table(res: dict, key: str, unit: str = "s") -> list[str]:
@@ -99,7 +109,8 @@ def _encoding(res: dict) -> list[str]:
 
 
 def _rounds_enc(run: dict) -> str:
-    return f"{run['rounds']} paired rounds against the lookup (at least {run['repeats']}; stopped: {run['stopped']})"
+    return (f"{run['rounds']} paired rounds against the lookup (at least {run['repeats']}; stopped: "
+            f"{run['stopped']}{_decided(run)})")
 
 
 def _models(res: dict) -> list[str]:

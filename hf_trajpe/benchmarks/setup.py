@@ -14,8 +14,8 @@ import torch
 
 from ..training.model import name_loss
 
-__all__ = ["Size", "SIZES", "ENCODINGS", "MODELS", "build_model", "encodings_for", "patched", "parse_dtype",
-           "random_ids"]
+__all__ = ["Size", "SIZES", "ENCODINGS", "MODELS", "Rounds", "build_model", "encodings_for", "patched",
+           "parse_dtype", "random_ids", "rounds_for"]
 
 #: every encoding compared with stock: label -> (encoding, options); strength is the default 0.2
 ENCODINGS: dict[str, tuple[str, dict]] = {
@@ -60,6 +60,9 @@ class Size:
     repeats: dict = field(default_factory=dict)  # per benchmark: paired rounds, at least
     max_rounds: dict = field(default_factory=dict)  # per benchmark: paired rounds, at most (adaptive)
     budget_s: dict = field(default_factory=dict)  # per benchmark: seconds of rounds per measured figure set
+    #: per benchmark: seconds of the rounds that decide unresolved targets, per measured figure set
+    decide_budget_s: dict = field(default_factory=dict)
+    decide_max_rounds: dict = field(default_factory=dict)  # per benchmark: rounds at most, those included
 
 
 SIZES: dict[str, Size] = {
@@ -85,8 +88,53 @@ SIZES: dict[str, Size] = {
         repeats=dict(encoding=10, models=6, decode=6, alibi=6),
         max_rounds=dict(encoding=60, models=30, decode=30, alibi=16),
         budget_s=dict(encoding=20, models=90, decode=90, alibi=90),
+        # then targets still unresolved more than 2% from their limit get pairs of rounds until decided,
+        # up to these (alibi has no target)
+        decide_budget_s=dict(encoding=60, models=600, decode=300),
+        decide_max_rounds=dict(encoding=120, models=60, decode=60),
     ),
 }
+
+
+@dataclass(frozen=True)
+class Rounds:
+    """How a timed benchmark runs its paired rounds (timing.side_by_side): at least ``repeats``, at most
+    ``max_rounds`` or ``budget_s`` seconds per figure set while an interval is wider than +-2%, then up to
+    ``decide_max_rounds`` rounds or ``decide_budget_s`` seconds for targets not yet decided; timed on
+    ``clock`` (timing.CLOCKS)."""
+
+    repeats: int
+    max_rounds: int
+    budget_s: float | None = None
+    decide_budget_s: float | None = None
+    decide_max_rounds: int | None = None
+    clock: str = "wall"
+
+    def side_by_side(self) -> dict[str, object]:
+        """The keyword arguments of ``side_by_side`` these rounds set."""
+        return dict(repeats=self.repeats, max_rounds=self.max_rounds, budget_s=self.budget_s,
+                    decide_budget_s=self.decide_budget_s, decide_max_rounds=self.decide_max_rounds)
+
+    def describe(self) -> dict[str, object]:
+        """For the result JSON."""
+        return dict(repeats=self.repeats, max_rounds=self.max_rounds, budget_s=self.budget_s,
+                    decide_budget_s=self.decide_budget_s, decide_max_rounds=self.decide_max_rounds, clock=self.clock)
+
+
+def rounds_for(size: Size, benchmark: str, repeats: int | None = None, max_rounds: int | None = None,
+               budget_s: float | None = None, decide_budget_s: float | None = None,
+               decide_max_rounds: int | None = None, clock: str = "wall") -> Rounds:
+    """The rounds of ``benchmark`` at ``size``; the given values override the size's."""
+    repeats = repeats or size.repeats[benchmark]
+    return Rounds(
+        repeats=repeats,
+        max_rounds=max(max_rounds or size.max_rounds.get(benchmark, repeats), repeats),
+        budget_s=budget_s if budget_s is not None else size.budget_s.get(benchmark),
+        decide_budget_s=decide_budget_s if decide_budget_s is not None else size.decide_budget_s.get(benchmark),
+        decide_max_rounds=(decide_max_rounds if decide_max_rounds is not None
+                           else size.decide_max_rounds.get(benchmark)),
+        clock=clock,
+    )
 
 
 def parse_dtype(name: str) -> torch.dtype:

@@ -27,38 +27,26 @@ from .intervals import verdict
 from .machine import machine_info
 from .memory import bench_memory
 from .models import bench_models
-from .setup import MODELS, Size
+from .setup import MODELS, Rounds, Size, rounds_for
+from .targets import BASE_OF, ENCODING_TARGET_VARIANTS, TARGETS
+from .timing import check_clock
 
 __all__ = ["BENCHMARKS", "run_benchmarks", "check_targets", "TARGETS"]
 
 BENCHMARKS = ("encoding", "models", "decode", "memory", "alibi")
-#: name -> (limit, what it bounds)
-TARGETS = {
-    "train_step": (1.03, "training step time, trajectory / stock"),
-    "decode_per_token": (1.03, "per-token decode time (KV cache), trajectory / stock"),
-    "memory": (1.05, "peak memory of a training step, trajectory / stock"),
-    "encoding": (2.0, "trajectory positions + encoding / sinusoidal table lookup"),
-}
-#: encoding-benchmark variants the 2x target applies to (the two ways to evaluate a sinusoid)
-ENCODING_TARGET_VARIANTS = ("trajectory + sinusoidal exact", "trajectory + sinusoidal table (linear)")
 
 
-def _encoding(size: Size, device: str, dtype: torch.dtype, repeats: int | None,
-              progress: Callable[[str], None], max_rounds: int | None = None,
-              budget_s: float | None = None) -> dict[str, object]:
-    repeats = repeats or size.repeats["encoding"]
-    max_rounds = max(max_rounds or size.max_rounds.get("encoding", repeats), repeats)
-    budget_s = budget_s if budget_s is not None else size.budget_s.get("encoding")
+def _encoding(size: Size, device: str, dtype: torch.dtype, rounds: Rounds,
+              progress: Callable[[str], None]) -> dict[str, object]:
     runs = []
     for seq in size.encoding_seqs:
         shape = f"batch {size.encoding_batch} x {seq} tokens x {size.encoding_dim}"
-        progress(f"encoding: {shape}, {repeats}-{max_rounds} paired rounds")
-        runs.append(bench_encoding(size.encoding_batch, seq, size.encoding_dim, repeats, device, dtype,
-                                   max_rounds=max_rounds, budget_s=budget_s,
-                                   progress=lambda s, shape=shape: progress(f"encoding: {shape} {s}")))
+        progress(f"encoding: {shape}, {rounds.repeats}-{rounds.max_rounds} paired rounds")
+        runs.append(bench_encoding(size.encoding_batch, seq, size.encoding_dim, device=device, dtype=dtype,
+                                   progress=lambda s, shape=shape: progress(f"encoding: {shape} {s}"),
+                                   clock=rounds.clock, **rounds.side_by_side()))
     accuracy = sinusoid_accuracy(size.encoding_dim)
-    return {"repeats": repeats, "max_rounds": max_rounds, "budget_s": budget_s, "runs": runs,
-            "sinusoid_accuracy": accuracy}
+    return {**rounds.describe(), "runs": runs, "sinusoid_accuracy": accuracy}
 
 
 def run_benchmarks(
@@ -71,35 +59,43 @@ def run_benchmarks(
     progress: Callable[[str], None] = print,
     max_rounds: int | None = None,
     budget_s: float | None = None,
+    decide_budget_s: float | None = None,
+    decide_max_rounds: int | None = None,
+    clock: str = "wall",
 ) -> dict[str, object]:
     """Run ``which`` benchmarks at ``size``; returns ``{"meta": ..., <benchmark>: ..., "targets": [...]}``.
 
     ``repeats``/``max_rounds``/``budget_s`` override the size's paired rounds (at least, at most) and
-    seconds of rounds per measured figure set, for every timed benchmark."""
+    seconds of rounds per measured figure set, ``decide_budget_s``/``decide_max_rounds`` those of the
+    rounds that decide unresolved targets, for every timed benchmark; ``clock``: ``wall`` or ``cpu``
+    (timing.CLOCKS)."""
     unknown = [w for w in which if w not in BENCHMARKS]
     if unknown:
         raise ValueError(f"unknown benchmark(s) {unknown}; choose from {', '.join(BENCHMARKS)}")
+    check_clock(clock, device)
     start = time.perf_counter()
     t0 = start
 
     def tick(msg: str) -> None:
         progress(f"[{time.perf_counter() - t0:6.0f} s] {msg}")
 
-    result: dict[str, object] = {"meta": dict(machine_info(device, dtype), size=size.name)}
+    def rounds(benchmark: str) -> Rounds:
+        return rounds_for(size, benchmark, repeats, max_rounds, budget_s, decide_budget_s, decide_max_rounds, clock)
+
+    result: dict[str, object] = {"meta": dict(machine_info(device, dtype), size=size.name, clock=clock)}
     common = dict(device=device, dtype=dtype, progress=tick)
-    timed = dict(common, repeats=repeats, max_rounds=max_rounds, budget_s=budget_s)
     for name in which:
         b0 = time.perf_counter()
         if name == "encoding":
-            result[name] = _encoding(size, **timed)
+            result[name] = _encoding(size, rounds=rounds(name), **common)
         elif name == "models":
-            result[name] = bench_models(size, families, **timed)
+            result[name] = bench_models(size, families, rounds=rounds(name), **common)
         elif name == "decode":
-            result[name] = bench_decode(size, families, **timed)
+            result[name] = bench_decode(size, families, rounds=rounds(name), **common)
         elif name == "memory":
             result[name] = bench_memory(size, families, **common)
         elif name == "alibi":
-            result[name] = bench_alibi(size, **timed)
+            result[name] = bench_alibi(size, rounds=rounds(name), **common)
         result[name]["wall_s"] = round(time.perf_counter() - b0, 1)
         tick(f"{name} done in {result[name]['wall_s']:.0f} s")
     meta = result["meta"]
@@ -110,13 +106,6 @@ def run_benchmarks(
         pass
     result["targets"] = check_targets(result)
     return result
-
-
-#: the encoding a trajectory variant evaluates at its positions: its own cost against stock, for context
-BASE_OF = {"trajectory/learned": "native", "trajectory/sinusoidal": "sinusoidal", "trajectory/rope": "rope",
-           "trajectory/alibi": "alibi",
-           # static context extensions are held to the same limits: their frequencies are fixed at patch time
-           "rope+yarn x2": "rope", "rope+ntk x2": "rope"}
 
 
 def _row(target: str, where: str, variant: str, figure: dict, base: dict | None = None) -> dict[str, object]:

@@ -45,6 +45,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds of paired rounds per measured figure set (one model's forward, its training "
                         "step, ...) after which no rounds are added (default: per benchmark, 90 s; 20 s per "
                         "encoding shape)")
+    p.add_argument("--decide-budget", type=_seconds, default=None,
+                   help="seconds of further rounds per measured figure set for targets still unresolved although "
+                        "their paired ratio is more than 2%% from the limit: pairs of rounds are added for those "
+                        "until their 95%% interval decides (default: per benchmark, 600 s for models, 300 s for "
+                        "decode, 60 s per encoding shape)")
+    p.add_argument("--decide-max-repeats", type=_args.int_at_least(1, "--decide-max-repeats"), default=None,
+                   help="paired rounds at most for those targets, all rounds counted (default: 60 for models and "
+                        "decode, 120 for encoding)")
+    p.add_argument("--clock", default="wall", choices=("wall", "cpu"),
+                   help="wall: elapsed time; cpu: the process's CPU time, on --device cpu only, which other jobs "
+                        "on a shared machine disturb far less (default: %(default)s)")
     p.add_argument("--device", type=_args.device, default="cpu", help="cpu or cuda[:N] (default: %(default)s)")
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     p.add_argument("--threads", type=_args.int_at_least(1, "the number of threads"), default=None,
@@ -85,6 +96,9 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--device {device!r} is not a torch device; use cpu or cuda[:N]") from None
     if kind not in ("cpu", "cuda"):
         raise ValueError(f"--device {device}: the benchmarks run on cpu or cuda[:N] only")
+    if args.clock == "cpu" and kind != "cpu":
+        raise ValueError(f"--clock cpu times this process's CPU work and would miss the GPU kernels on --device "
+                         f"{device}; use --clock wall (the default) there")
     if kind == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"--device {device}: this torch build sees no CUDA device; use --device cpu")
     threads = torch.get_num_threads()
@@ -112,7 +126,8 @@ def _run(args: argparse.Namespace, device: str) -> int:
     which = BENCHMARKS if args.what == "all" else (args.what,)
     result = run_benchmarks(size, which, tuple(args.models), device, parse_dtype(args.dtype), args.repeats,
                             progress=lambda msg: print(msg, flush=True), max_rounds=args.max_repeats,
-                            budget_s=args.budget)
+                            budget_s=args.budget, decide_budget_s=args.decide_budget,
+                            decide_max_rounds=args.decide_max_repeats, clock=args.clock)
     md = to_markdown(result)
     print()
     print(md)

@@ -58,8 +58,9 @@ def rotary_cos_sin(
         emb = torch.cat((freqs, freqs), dim=-1)
     else:
         emb = freqs.repeat_interleave(2, dim=-1)
-    cos = emb.cos() * attention_scaling
-    sin = emb.sin() * attention_scaling
+    cos, sin = emb.cos(), emb.sin()
+    if attention_scaling != 1.0:  # (x * 1.0 is x bit for bit: two ops saved per forward)
+        cos, sin = cos * attention_scaling, sin * attention_scaling
     if dtype is not None:
         cos, sin = cos.to(dtype), sin.to(dtype)
     return cos, sin

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from torch import nn
 
 from ..compat import check_transformers_version
-from .attention import INDEX_ATTR, bind_attention_modules, register_attention
+from .attention import INDEX_ATTR, bind_attention_modules, cache_layers, register_attention
 from .config import PatchConfig
 from .families import adapter_for
 from .handle import HANDLE_ATTR, Installation, LayerMapHandle, PatchHandle, get_handle, target_model
@@ -213,6 +213,8 @@ def _install_layers(model: nn.Module, handles: list[PatchHandle], undo: list) ->
                 bind_state(module, handle.state)
                 module.__dict__[INDEX_ATTR] = number
                 undo.append(lambda module=module: (bind_state(module, None), module.__dict__.pop(INDEX_ATTR, None)))
+        if handle.plan.uses_attention:  # the KV cache keeps these layers' keys rotated (cached_keys.py)
+            handle.state.cache_layers = cache_layers(handle.state, [attention[i] for i in handle.plan.layers])
 
 
 def _deepcopy_patched(model: nn.Module, memo: dict) -> nn.Module:

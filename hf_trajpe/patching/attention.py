@@ -199,4 +199,17 @@ def bind_attention_modules(base: nn.Module, self_attention: tuple[str, ...], sta
             m.__dict__.pop(INDEX_ATTR, None)
         else:
             m.__dict__[INDEX_ATTR] = index
+    if state is not None:
+        state.cache_layers = cache_layers(state, modules)
     return len(modules)
+
+
+def cache_layers(state: PatchState, modules: list[nn.Module]) -> frozenset[int]:
+    """The KV-cache layer numbers (``layer_idx``) of ``modules`` when the cache should hold their keys
+    rotated (cached_keys.py): a rotation inside attention, and every module numbered; else none."""
+    if state.scheme.contributes != "rotary" or not state.plan.uses_attention:
+        return frozenset()
+    numbers = [getattr(m, "layer_idx", None) for m in modules]
+    if not numbers or any(not isinstance(i, int) for i in numbers) or len(set(numbers)) != len(numbers):
+        return frozenset()
+    return frozenset(numbers)

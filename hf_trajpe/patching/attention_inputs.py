@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from ..encodings.rotary import rotary_inv_freq
-from .rotation import rotate
+from .cached_keys import is_prepared
+from .rotary_tables import key_tables, query_tables
+from .rotation import rotate_part
 from .state import PatchState
 
 __all__ = ["INDEX_ATTR", "allowed_keys", "attention_inputs", "merged_bias_mask", "own_value", "rotate_part",
@@ -21,56 +22,27 @@ __all__ = ["INDEX_ATTR", "allowed_keys", "attention_inputs", "merged_bias_mask",
 INDEX_ATTR = "_hf_trajpe_index"
 
 
-def _frequencies(st: PatchState, width: int, device) -> tuple[torch.Tensor, float]:
-    """``inv_freq`` and ``attention_scaling`` of a rotation inside attention over ``width`` dimensions:
-    ``rope_theta``'s, or the context extension's (transformers' formulas, computed once per device)."""
-    scaling = st.plan.rope_scaling
-    if scaling is None:
-        return rotary_inv_freq(width, st.plan.rope_theta, device=device), 1.0
-    memo = st.__dict__.setdefault("_rope_frequencies", {})
-    key = (width, device)
-    if key not in memo:
-        from .rope_scaling import attention_rope_frequencies
-
-        memo[key] = attention_rope_frequencies(scaling, width, device)
-    return memo[key]
-
-
 def attention_inputs(st: PatchState, query: torch.Tensor, key: torch.Tensor):
     """``query``/``key`` ``[b, h, n|t, d]`` rotated (rotary schemes on models without a rotary module)
-    and the score bias ``[b, h, n, t]`` (bias schemes) or ``None``; both built once per forward."""
+    and the score bias ``[b, h, n, t]`` (bias schemes) or ``None``; both built once per forward. Keys a
+    prepared KV cache returned are rotated already (cached_keys.py): only the query is rotated then."""
     step = st.step
     kv = key.shape[2]
-    k_pos = step.key_positions[:, -kv:]
-    q_pos = step.positions
     scheme = st.scheme
     if scheme.contributes == "rotary":
-        width = st.plan.rotary_width or query.shape[-1]  # rotary_fraction: the first ``width`` dimensions
-        memo_key = ("rope", width, query.dtype, kv)
-        if memo_key not in step.memo:
-            inv, scale = _frequencies(st, width, query.device)
-            q_cs = scheme.rotary_cos_sin(q_pos, inv, scale, query.dtype)
-            k_cs = q_cs if kv == query.shape[2] else scheme.rotary_cos_sin(k_pos, inv, scale, query.dtype)
-            step.memo[memo_key] = (q_cs, k_cs)
-        (cq, sq), (ck, sk) = step.memo[memo_key]
         # rotation.py: same values as apply_rotary; the backward keeps no unrotated copy of q/k
-        query, key = rotate_part(query, cq, sq), rotate_part(key, ck, sk)
+        width = st.plan.rotary_width or query.shape[-1]  # rotary_fraction: the first ``width`` dimensions
+        query = rotate_part(query, *query_tables(st, width, query.dtype, query.device))
+        if not is_prepared(step, key):
+            key = rotate_part(key, *key_tables(st, kv, width, query.dtype, query.device))
     bias = None
     if scheme.contributes == "bias":
         memo_key = ("bias", query.shape[1], query.dtype, kv)
         if memo_key not in step.memo:
-            step.memo[memo_key] = scheme.attention_bias(query.shape[1], q_pos, k_pos, query.dtype)
+            step.memo[memo_key] = scheme.attention_bias(query.shape[1], step.positions, step.key_positions[:, -kv:],
+                                                        query.dtype)
         bias = step.memo[memo_key]
     return query, key, bias
-
-
-def rotate_part(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """``x`` ``[b, h, n, d]`` with its first ``r`` dimensions rotated by ``cos``/``sin`` ``[b, n, r]`` (half-split
-    among themselves) and the rest passed through: GPT-NeoX's and Phi's partial rotary, op for op."""
-    width = cos.shape[-1]
-    if width == x.shape[-1]:
-        return rotate(x, cos, sin)
-    return torch.cat((rotate(x[..., :width], cos, sin), x[..., width:]), dim=-1)
 
 
 def merged_bias_mask(st: PatchState, query: torch.Tensor, key: torch.Tensor, attention_mask: torch.Tensor | None,

@@ -12,6 +12,7 @@ leaves it, and a forward that starts on another thread while one runs raises at 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import torch
 
@@ -26,14 +27,15 @@ class ForwardGuard:
         self._owner: int | None = None
         self._depth = 0
 
-    def enter(self, describe: str) -> None:
+    def enter(self, describe: Callable[[], str]) -> None:
+        """``describe``: names the model in the error (called only then: a forward should not format it)."""
         if torch.compiler.is_compiling():  # (a compiled graph has no threads of its own to guard against)
             return
         me = threading.get_ident()
         with self._lock:
             if self._owner is not None and self._owner != me:
                 raise RuntimeError(
-                    f"this hf_trajpe patched model ({describe}) is running a forward in another thread: a patched "
+                    f"this hf_trajpe patched model ({describe()}) is running a forward in another thread: a patched "
                     "model keeps the positions of the current forward on itself, so it runs one forward at a "
                     "time. Give each thread its own copy (copy.deepcopy(model) gives an independent patched "
                     "copy), or serialize the calls with a lock"

@@ -50,7 +50,7 @@ def make_pre_hook(states: list[PatchState], runner: nn.Module, model_config, emb
 
     def pre_hook(module, args, kwargs):
         for st in states:  # left by the post-hook, which runs even when the forward raises
-            st.guard.enter(st.describe())
+            st.guard.enter(st.describe)
         kw = dict(zip(names, args, strict=False))
         kw.update(kwargs)
         input_ids, inputs_embeds = kw.get("input_ids"), kw.get("inputs_embeds")

@@ -20,7 +20,7 @@ from torch.autograd.function import once_differentiable
 
 from ..encodings.rotary import rotate_half
 
-__all__ = ["Rotate", "rotate"]
+__all__ = ["Rotate", "inference_tables", "rotate", "rotate_part"]
 
 
 def _halves(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -74,12 +74,32 @@ def _unrotate(y: torch.Tensor, cos4: torch.Tensor, sin4: torch.Tensor) -> torch.
     return torch.cat(((c2 * y1 + s1 * y2) * inv, (c1 * y2 - s2 * y1) * inv), dim=-1)
 
 
-def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+def inference_tables(cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``cos`` and the signed ``sin`` ``[b, 1, n, d]`` with which :func:`rotate` rotates without autograd in
+    four ops: ``rotate_half(x) * sin`` is ``roll(x, d/2) * [-sin_1, sin_2]`` bit for bit (the same
+    products up to an exact sign). Built once per forward and passed to every call."""
+    half = sin.shape[-1] // 2
+    return cos.unsqueeze(1), torch.cat((-sin[..., :half], sin[..., half:]), dim=-1).unsqueeze(1)
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+           tables: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """Rotate ``x`` ``[b, h, n, d]`` by ``cos``/``sin`` ``[b, n, d]`` (half-split layout, full width);
-    the values of ``apply_rotary(x, x, cos, sin)[0]``, with a backward that keeps no copy of ``x``."""
+    the values of ``apply_rotary(x, x, cos, sin)[0]``, with a backward that keeps no copy of ``x``.
+    ``tables``: :func:`inference_tables` of ``cos``/``sin``, for the path without autograd."""
     if cos.shape[-1] != x.shape[-1] or x.shape[-1] % 2:
         raise ValueError(f"rotate: cos/sin width {cos.shape[-1]} must equal the even head width {x.shape[-1]}")
     if not (torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad or sin.requires_grad)):
-        cos4, sin4 = cos.unsqueeze(1), sin.unsqueeze(1)
-        return (x * cos4) + (rotate_half(x) * sin4)
+        cos4, signed_sin4 = tables if tables is not None else inference_tables(cos, sin)
+        return (x * cos4) + (x.roll(x.shape[-1] // 2, dims=-1) * signed_sin4)
     return Rotate.apply(x, cos, sin)
+
+
+def rotate_part(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                tables: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    """``x`` ``[b, h, n, d]`` with its first ``r`` dimensions rotated by ``cos``/``sin`` ``[b, n, r]`` (half-split
+    among themselves) and the rest passed through: GPT-NeoX's and Phi's partial rotary, op for op."""
+    width = cos.shape[-1]
+    if width == x.shape[-1]:
+        return rotate(x, cos, sin, tables)
+    return torch.cat((rotate(x[..., :width], cos, sin, tables), x[..., width:]), dim=-1)

@@ -19,6 +19,7 @@ from torch import nn
 
 from ..cache import DisplacementCache
 from ..encodings.trajectory import TrajectoryPast
+from .cached_keys import prepare_cache
 from .guard import ForwardGuard
 from .plan import PatchPlan, plan_strength
 from .schemes import get_scheme
@@ -47,6 +48,7 @@ class DecodingMemory:
     num_real: torch.Tensor | None  # [b] real tokens seen
     key_positions: torch.Tensor | None  # [b, t] positions of every cached key (attention-side schemes)
     trajectory: TrajectoryPast | None
+    prepared: bool = False  # the cache holds rotated keys (cached_keys.py)
 
     def reorder(self, idx: torch.Tensor) -> DecodingMemory:
         """Select rows, as beam search reorders its cache."""
@@ -54,6 +56,7 @@ class DecodingMemory:
             self.num_real.index_select(0, idx),
             None if self.key_positions is None else self.key_positions.index_select(0, idx),
             None if self.trajectory is None else self.trajectory.reorder(idx),
+            self.prepared,
         )
 
 
@@ -61,11 +64,15 @@ class Step:
     """Positions of one forward plus lazily built tensors shared by all layers (``memo``)."""
 
     def __init__(self, positions: torch.Tensor, key_positions: torch.Tensor | None,
-                 past_real: torch.Tensor | None = None) -> None:
+                 past_real: torch.Tensor | None = None, cache=None) -> None:
         self.positions = positions  # [b, n] float32; pad tokens 0
         self.key_positions = key_positions  # [b, t] or None
         self.past_real = past_real  # [b] real tokens before this forward (in the KV cache), or None
         self.memo: dict = {}
+        #: the KV cache whose new keys this forward rotates on their way in (cached_keys.py), or None
+        self.cache = cache
+        #: id -> the key tensors that cache returned in this forward (rotated already)
+        self.prepared_keys: dict[int, torch.Tensor] = {}
 
 
 def check_position_ids(position_ids: torch.Tensor, mask, memory: DecodingMemory | None, b: int, n: int,
@@ -120,6 +127,9 @@ class PatchState(nn.Module):
         self.clamped_tokens = 0
         #: attribute of the KV cache object holding this state's :class:`DecodingMemory` (one per patch of a model)
         self.memory_key = MEMORY_ATTR
+        #: ``layer_idx`` of the self-attention modules our attention functions serve, when the KV cache
+        #: should store their keys rotated (RoPE inside attention: cached_keys.py); set when they are bound
+        self.cache_layers: frozenset[int] = frozenset()
 
     def trajectory_options(self) -> dict:
         """Keyword arguments of ``trajectory_positions`` for this patch (positions clamped by the source)."""
@@ -236,8 +246,11 @@ class PatchState(nn.Module):
             key_positions = positions
             if memory is not None:
                 key_positions = torch.cat((memory.key_positions, positions), dim=1)
-        self.step = Step(positions, key_positions, memory.num_real if memory is not None else None)
-        self.pending = DecodingMemory(num_real, key_positions, past) if use_cache else None
+        prepare = (self.cache_layers and past_key_values is not None and (memory is None or memory.prepared)
+                   and prepare_cache(self, past_key_values))  # (memory is None: nothing cached yet)
+        self.step = Step(positions, key_positions, memory.num_real if memory is not None else None,
+                         past_key_values if prepare else None)
+        self.pending = DecodingMemory(num_real, key_positions, past, bool(prepare)) if use_cache else None
 
     # -- what the replacement modules read -----------------------------------------------------------
     def additive(self, like: torch.Tensor, table: torch.Tensor | None = None) -> torch.Tensor:

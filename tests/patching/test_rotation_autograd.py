@@ -10,7 +10,7 @@ from patch_models import build, random_ids
 
 import hf_trajpe
 from hf_trajpe.encodings.rotary import apply_rotary, rotary_cos_sin, rotary_inv_freq
-from hf_trajpe.patching import attention_inputs
+from hf_trajpe.patching import rotation
 from hf_trajpe.patching.rotation import rotate
 
 
@@ -102,7 +102,7 @@ def test_patched_gpt2_trains_as_with_the_plain_rotation(monkeypatch):
     results = []
     for plain in (False, True):
         if plain:
-            monkeypatch.setattr(attention_inputs, "rotate", lambda x, c, s: apply_rotary(x, x, c, s)[0])
+            monkeypatch.setattr(rotation, "rotate", lambda x, c, s, *_: apply_rotary(x, x, c, s)[0])
         model = build("gpt2").train()
         handle = hf_trajpe.patch(model, "trajectory", base="rope", strength=0.5, learnable_strength=True)
         loss = model(input_ids=ids, labels=ids).loss
@@ -113,3 +113,18 @@ def test_patched_gpt2_trains_as_with_the_plain_rotation(monkeypatch):
     assert results[0][1].abs() > 0
     torch.testing.assert_close(results[0][1], results[1][1], rtol=1e-4, atol=1e-7)
     torch.testing.assert_close(results[0][2], results[1][2], rtol=1e-4, atol=1e-6)
+
+
+def test_the_inference_rotation_equals_the_autograd_one_bit_for_bit():
+    """Without autograd, rotate() uses roll and a signed sin (four ops): the same floats as Rotate."""
+    from hf_trajpe.patching.rotation import Rotate
+
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 3, 5, 8, generator=gen)
+    x[0, 0, 0, :4] = 0.0  # zeros keep their sign
+    positions = torch.tensor([[0.0, 1.0, 2.5, 7.25, 100.0]] * 2)
+    cos, sin = rotary_cos_sin(positions, 8)
+    with torch.no_grad():
+        fast = rotate(x, cos, sin)
+    assert torch.equal(fast, Rotate.apply(x, cos, sin))
+    assert torch.equal(torch.signbit(fast), torch.signbit(Rotate.apply(x, cos, sin)))

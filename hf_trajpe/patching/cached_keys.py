@@ -1,0 +1,70 @@
+"""Rotated keys in the KV cache: RoPE inside attention does O(1) work per decoding step.
+
+On a model without a rotary module (GPT-2, BERT, OPT, ...) the patch rotates queries and keys inside
+attention. The model stores its keys in the KV cache *before* attention, unrotated, so every decoding
+step used to rotate the whole cache again in every layer: work that grows with the sequence, for keys
+whose positions never change (a past token's trajectory position is fixed once computed). Here the
+cache's ``update`` rotates the new keys on their way in: the cache holds rotated keys, each key is rotated
+once, and attention rotates only the queries.
+
+How: while a patched forward runs with a cache object (``generate()`` passes one from the prefill on),
+the cache's ``update`` is wrapped on that instance (:func:`prepare_cache`); the wrapper rotates the new
+keys of the patched self-attention layers (their ``layer_idx``) with the positions of this forward's new
+tokens and records the tensor the cache returns, so attention knows it is already rotated
+(:func:`is_prepared`). The decoding memory says whether a cache holds rotated keys
+(``DecodingMemory.prepared``); a cache filled without the wrapper (a forward given no cache object, which
+the model then creates itself) keeps the old path: its keys are rotated inside attention at every step.
+The values are bit-identical either way: a rotation is elementwise, so rotating a key alone or inside the
+whole cache gives the same floats (the cached-generation tests compare with recomputation).
+
+Shape legend: ``b`` batch, ``g`` key/value heads, ``n`` new tokens, ``d`` head width.
+"""
+
+from __future__ import annotations
+
+import types
+import weakref
+
+import torch
+
+from .rotary_tables import rotate_new_keys
+
+__all__ = ["PREPARE_ATTR", "is_prepared", "prepare_cache"]
+
+#: attribute of a cache object: ``{layer_idx: weak reference to the state whose forwards prepare that layer's keys}``
+PREPARE_ATTR = "_hf_trajpe_prepare"
+
+
+def _prepared_update(cache, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
+    """The cache's ``update``, rotating ``key_states`` ``[b, g, n, d]`` first when a patched forward that
+    prepares this cache is running and the layer is one of its attention layers."""
+    stock = type(cache).update
+    ref = cache.__dict__.get(PREPARE_ATTR, {}).get(layer_idx)
+    state = ref() if ref is not None else None
+    step = state.step if state is not None else None
+    if step is None or step.cache is not cache:
+        return stock(cache, key_states, value_states, layer_idx, *args, **kwargs)
+    keys, values = stock(cache, rotate_new_keys(state, key_states), value_states, layer_idx, *args, **kwargs)
+    step.prepared_keys[id(keys)] = keys
+    return keys, values
+
+
+def prepare_cache(state, cache) -> bool:
+    """Have ``cache`` rotate the keys it stores for ``state``'s layers (``state.cache_layers``) during its
+    forwards; ``False`` if it has no ``update`` method to wrap. Several patches of one model (disjoint layer
+    selections) each register their layers. Bound as a method of the instance, so a deep copy of the cache
+    wraps its own."""
+    if not callable(getattr(type(cache), "update", None)):
+        return False
+    if "update" not in cache.__dict__:
+        cache.update = types.MethodType(_prepared_update, cache)
+    layers = cache.__dict__.setdefault(PREPARE_ATTR, {})
+    ref = weakref.ref(state)
+    for i in state.cache_layers:
+        layers[i] = ref
+    return True
+
+
+def is_prepared(step, key: torch.Tensor) -> bool:
+    """Whether ``key`` is what a prepared cache returned in this forward (its keys all rotated)."""
+    return step.prepared_keys.get(id(key)) is key
