@@ -110,6 +110,8 @@ def make_post_hook(states: list[PatchState]) -> Callable:
                     cache.reorder_cache = _reordering(cache)
         finally:
             for st in states:
+                if st.step is not None:
+                    st.step.end()
                 st.guard.leave()
         return None
 

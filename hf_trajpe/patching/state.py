@@ -74,6 +74,12 @@ class Step:
         #: id -> the key tensors that cache returned in this forward (rotated already)
         self.prepared_keys: dict[int, torch.Tensor] = {}
 
+    def end(self) -> None:
+        """The forward is over: its cache no longer rotates keys for it (a later forward of the stock model, or
+        of another patch, may use that cache) and the cache's key tensors are not kept alive here."""
+        self.cache = None
+        self.prepared_keys.clear()
+
 
 def check_position_ids(position_ids: torch.Tensor, mask, memory: DecodingMemory | None, b: int, n: int,
                        device) -> None:

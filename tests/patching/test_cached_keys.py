@@ -106,3 +106,22 @@ def test_prepared_keys_with_layer_selections_and_partial_rotary(family, patches)
     assert torch.equal(prepared, plain)
     real = mask.bool()
     torch.testing.assert_close(prepared[real], full[real], rtol=1e-4, atol=1e-5)
+
+
+def test_a_prepared_cache_rotates_nothing_after_the_forward():
+    """The cache's wrapper acts only during the patched forward that prepared it: a stock forward (after
+    ``unpatch``) on that cache stores its keys as given, and the state keeps no cache tensors alive."""
+    from transformers import DynamicCache
+
+    model = build("gpt2")
+    ids = random_ids(8, seed=4)
+    cache = DynamicCache(config=model.config)
+    handle = hf_trajpe.patch(model, "rope")
+    with torch.no_grad():
+        model(input_ids=ids[:, :5], past_key_values=cache, use_cache=True)
+    assert handle.state.step.cache is None and not handle.state.step.prepared_keys
+    handle.unpatch()
+    before = cache.layers[0].keys.clone()
+    key = torch.randn(1, model.config.n_head, 1, model.config.n_embd // model.config.n_head)
+    keys, _ = cache.update(key, torch.zeros_like(key), 0)
+    assert torch.equal(keys[:, :, :5], before) and torch.equal(keys[:, :, 5:], key)
