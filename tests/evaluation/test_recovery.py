@@ -29,6 +29,32 @@ def test_chunks_that_agree_give_a_point_interval_and_no_damage_gives_none():
     want = (math.exp(3) - math.exp(2)) / (math.exp(3) - math.exp(1))
     assert out["recovered"] == pytest.approx(want) and out["ci"] == pytest.approx((want, want))
     same = recovery_fraction((np.full(6, 10.0), count), (np.full(6, 10.0), count), (np.full(6, 5.0), count))
-    assert same["recovered"] is None and same["ci"] is None
+    assert same["recovered"] is None and same["ci"] is None and same["status"] == "no damage"
     with pytest.raises(ValueError, match="same, non-empty chunks"):
         recovery_fraction((np.ones(2), 1), (np.ones(3), 1), (np.ones(3), 1))
+
+
+def test_a_damage_within_the_chunk_noise_gives_no_share():
+    """Chunks that disagree on the sign of a small damage: the share would divide by a resampled 0, so none is
+    given; the damage itself gets its interval (across 0)."""
+    count = np.full(4, 100)
+    stock = (np.array([200.0, 200.0, 200.0, 200.0]), count)
+    swapped = (np.array([230.0, 180.0, 215.0, 190.0]), count)  # +15 nats in all: a damage of 3.8%, sign varies
+    tuned = (np.array([150.0, 150.0, 150.0, 150.0]), count)
+    out = recovery_fraction(stock, swapped, tuned, n_resamples=500)
+    assert out["damage"] == pytest.approx(math.exp(815 / 400) / math.exp(2) - 1)
+    assert out["damage_ci"][0] < 0 < out["damage_ci"][1]
+    assert out["recovered"] is None and out["ci"] is None and out["status"] == "damage not resolved"
+
+
+def test_the_gap_to_the_unswapped_model_tuned_the_same_way():
+    count = np.array([100, 100])
+    stock = (np.array([200.0, 200.0]), count)
+    swapped = (np.array([400.0, 400.0]), count)
+    tuned = (np.array([220.0, 240.0]), count)  # 460 nats
+    reference = (np.array([190.0, 190.0]), count)  # 380 nats
+    out = recovery_fraction(stock, swapped, tuned, reference, n_resamples=500)
+    assert out["gap"] == pytest.approx(math.exp(460 / 200 - 380 / 200) - 1)
+    assert out["gap_ci"][0] == pytest.approx(math.exp(440 / 200 - 380 / 200) - 1)  # both chunks of the first kind
+    assert out["gap_ci"][1] == pytest.approx(math.exp(480 / 200 - 380 / 200) - 1)
+    assert out["ppl_reference"] == pytest.approx(math.exp(1.9)) and out["status"] == "resolved"
