@@ -102,15 +102,19 @@ def output(model, **kwargs) -> torch.Tensor:
     return out.logits if hasattr(out, "logits") else out.last_hidden_state
 
 
-def cached_logits(model, ids: torch.Tensor, mask: torch.Tensor, prefix: int = 7) -> torch.Tensor:
+def cached_logits(model, ids: torch.Tensor, mask: torch.Tensor, prefix: int = 7, cache=None,
+                  return_cache: bool = False):
     """Logits of a forward over ``ids[:, :prefix]``, then one token at a time with the KV cache (what must
-    equal one forward over the whole sequence)."""
+    equal one forward over the whole sequence). ``cache``: an empty cache object for the prefill, as
+    ``generate()`` passes one (``None``: the model makes its own); ``return_cache``: also return the cache."""
     with torch.no_grad():
-        out = model(input_ids=ids[:, :prefix], attention_mask=mask[:, :prefix], use_cache=True)
+        out = model(input_ids=ids[:, :prefix], attention_mask=mask[:, :prefix], use_cache=True,
+                    **({cache_kwarg(): cache} if cache is not None else {}))
         steps, cache = [out.logits], output_cache(out)
         for t in range(prefix, ids.shape[1]):
             out = model(input_ids=ids[:, t:t + 1], attention_mask=mask[:, :t + 1], **{cache_kwarg(): cache},
                         use_cache=True)
             steps.append(out.logits)
             cache = output_cache(out)
-    return torch.cat(steps, dim=1)
+    logits = torch.cat(steps, dim=1)
+    return (logits, cache) if return_cache else logits

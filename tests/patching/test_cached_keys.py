@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from patch_models import build, random_ids
+from patch_models import build, cached_logits, random_ids
 
 import hf_trajpe
 import hf_trajpe.patching.rotation as rotation
-from hf_trajpe.compat import cache_kwarg, output_cache
 from hf_trajpe.patching.cached_keys import PREPARE_ATTR
 from hf_trajpe.patching.state import MEMORY_ATTR
 
@@ -18,16 +17,7 @@ from hf_trajpe.patching.state import MEMORY_ATTR
 def _decode(model, ids: torch.Tensor, mask: torch.Tensor, prefix: int, cache) -> tuple[torch.Tensor, object]:
     """A prefill over ``ids[:, :prefix]`` into ``cache`` (an empty cache object, as ``generate()`` passes,
     or ``None``: the model makes its own), then one token at a time."""
-    with torch.no_grad():
-        out = model(input_ids=ids[:, :prefix], attention_mask=mask[:, :prefix], use_cache=True,
-                    **({cache_kwarg(): cache} if cache is not None else {}))
-        steps, cache = [out.logits], output_cache(out)
-        for t in range(prefix, ids.shape[1]):
-            out = model(input_ids=ids[:, t:t + 1], attention_mask=mask[:, :t + 1], **{cache_kwarg(): cache},
-                        use_cache=True)
-            steps.append(out.logits)
-            cache = output_cache(out)
-    return torch.cat(steps, dim=1), cache
+    return cached_logits(model, ids, mask, prefix, cache=cache, return_cache=True)
 
 
 @pytest.mark.parametrize("options", [{}, {"base": "rope", "strength": 0.5}])
