@@ -103,6 +103,11 @@ def _ci(ci) -> str:
     return "n/a" if ci is None else f"[{_pct(ci[0])}, {_pct(ci[1])}]"
 
 
+def _per_seed(summary: dict) -> str:
+    """Every seed's own value: a mean of three can hide one seed that did not learn the task."""
+    return " / ".join(_pct(x) for x in summary["per_seed"])
+
+
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
             *("| " + " | ".join(r) + " |" for r in rows), ""]
@@ -207,11 +212,11 @@ def _task_md(cfg: TaskStudyConfig, task: str, agg: dict, result: dict, summaries
         what = ("every answer token right (teacher-forced arg-max)" if metric == "exact_match"
                 else "answer tokens right / answer tokens")
         lines += [f"**{label.capitalize()} (%)**: {what}, mean over {seeds} seed(s), {cfg.data.test} examples per "
-                  "split; 95% interval (t over seeds plus the spread over examples); in brackets below it, "
-                  "the percentile bootstrap over examples only and over seeds only:", ""]
+                  "split; 95% interval (t over seeds plus the spread over examples); below it, each seed's own "
+                  "value (in seed order), then the percentile bootstrap over examples only and over seeds only:", ""]
         lines += _table(["encoding", *splits], _cells(agg, splits, lambda c, m=metric: (
-            f"{_pct(c[m]['mean'])} {_ci(c[m]['ci'])}<br>examples {_ci(c[m]['ci_examples'])}, "
-            f"seeds {_ci(c[m]['ci_seeds'])}")))
+            f"{_pct(c[m]['mean'])} {_ci(c[m]['ci'])}<br>per seed {_per_seed(c[m])}<br>"
+            f"examples {_ci(c[m]['ci_examples'])}, seeds {_ci(c[m]['ci_seeds'])}")))
         lines += [f"**{label.capitalize()} minus `{cfg.baseline}`'s (points)**, paired on the examples and seeds: "
                   + legend(cfg.equivalence_margin, " points", family), ""]
         lines += _table(["encoding", *splits], _cells(agg, splits, lambda c, m=metric: _diff(c, None, m)))

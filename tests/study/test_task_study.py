@@ -288,3 +288,4 @@ def test_a_report_does_not_call_better_what_only_its_raw_p_value_calls_better(tm
     table_rows = [line for line in md.splitlines() if line.startswith("| `rope`")]
     assert table_rows and not any("▲" in line for line in table_rows) and "| `rope` | +11.0 [+1.8, +20.2] ? |" in md
     assert "| exact match | test | `rope` − baseline | +11.0 | [1.8, 20.2] | 0.03" in md and "| 0.21" in md
+    assert "61.0 [" in md and "<br>per seed 61.0 / 62.0 / 60.0<br>" in md  # RoPE's seeds, each one shown
