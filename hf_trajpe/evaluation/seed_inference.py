@@ -143,14 +143,18 @@ def tost_p_value(value: float, se: float, df: float, margin: float) -> float:
     return float(max(lower, upper))
 
 
-def holm(pvalues: Sequence[float]) -> list[float]:
-    """Holm's step-down adjusted p-values (family-wise error across the comparisons of one report)."""
+def holm(pvalues: Sequence[float], unseen: int = 0) -> list[float]:
+    """Holm's step-down adjusted p-values (family-wise error across the comparisons of one report).
+
+    ``unseen``: comparisons of the same family whose p-values are not known (a published report that kept
+    too little to recompute them); each is counted at its least favourable p-value, which makes the adjusted
+    values an upper bound on what the whole family would give (a difference called with them holds)."""
     p = np.asarray(pvalues, dtype=np.float64)
     order = np.argsort(p)
     adjusted = np.empty_like(p)
     running = 0.0
     for rank, i in enumerate(order):
-        running = max(running, min(1.0, (p.size - rank) * p[i]))
+        running = max(running, min(1.0, (p.size + unseen - rank) * p[i]))
         adjusted[i] = running
     return adjusted.tolist()
 

@@ -89,14 +89,15 @@ def family_method(n: int, level: float = 0.95) -> str:
 
 
 def judge_family(family: Sequence[dict], value_key: str, margin: float, level: float = 0.95, unit: str = "%",
-                 scale: float = 1.0, key: Callable[[dict], Hashable] | None = None) -> int:
+                 scale: float = 1.0, key: Callable[[dict], Hashable] | None = None, unseen: int = 0) -> int:
     """Holm across the comparisons of one report, in place. Each dict has its difference under
     ``value_key``, and ``p_value``, ``se``, ``df`` (:func:`~.seed_inference.seed_interval`); ``scale``
     turns the difference and ``se`` into the unit of ``margin`` (100 for fractions against points).
     Sets ``p_holm`` (significance), ``p_equivalence`` and ``p_equivalence_holm`` (TOST), ``significance``,
     ``equivalent``, ``verdict``, ``family_size`` and ``correction``. A ``degenerate`` comparison (neither
     model varies) is no test and stays out of the family. ``key``: dicts with the same key are the same
-    comparison (shown twice in a report), counted once. Returns the family size."""
+    comparison (shown twice in a report), counted once. ``unseen``: comparisons of the family not in
+    ``family`` (:func:`~.seed_inference.holm`), counted in the family size. Returns the family size."""
     alpha = 1.0 - level
     groups: dict[Hashable, list[dict]] = {}
     for i, d in enumerate(family):
@@ -105,8 +106,8 @@ def judge_family(family: Sequence[dict], value_key: str, margin: float, level: f
     heads = [ds[0] for ds in groups.values()]
     raw = [float(d["p_value"]) for d in heads]
     tost = [tost_p_value(scale * d[value_key], scale * d["se"], d["df"], margin) for d in heads]
-    p_sig, p_eq = holm(raw) if heads else [], holm(tost) if heads else []
-    n = len(heads)
+    p_sig, p_eq = (holm(raw, unseen), holm(tost, unseen)) if heads else ([], [])
+    n = len(heads) + unseen
     for ds, p, pe, pe_raw in zip(groups.values(), p_sig, p_eq, tost, strict=True):
         for d in ds:
             value = scale * d[value_key]

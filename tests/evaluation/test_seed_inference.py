@@ -29,6 +29,24 @@ def test_holm_and_benjamini_hochberg_on_worked_examples():
     assert holm([0.5]) == [0.5] and holm([0.9, 0.9]) == [1.0, 1.0]
 
 
+def test_holm_with_unseen_comparisons_bounds_every_completion_of_the_family():
+    """Known p-values plus 3 unknown ones: whatever the unknown ones are, Holm over the whole family never
+    gives a known comparison a larger adjusted p than the bound, and some completion reaches it."""
+    known = [0.004, 0.03, 0.012, 0.2]
+    bound = holm(known, unseen=3)
+    # worked: sorted 0.004*7, 0.012*6, 0.03*5, 0.2*4 -> 0.028, 0.072, 0.15, 0.8
+    assert bound == pytest.approx([0.028, 0.15, 0.072, 0.8])
+    rng = np.random.default_rng(0)
+    reached = np.zeros(len(known), dtype=bool)
+    for _ in range(2000):
+        extra = rng.choice([1e-6, 0.005, 0.02, 0.1, 0.5, 1.0], size=3)
+        full = holm(known + list(extra))[: len(known)]
+        assert all(f <= b + 1e-12 for f, b in zip(full, bound, strict=True))
+        reached |= np.isclose(full, bound)
+    assert reached.all()
+    assert holm(known, unseen=0) == holm(known)
+
+
 def test_one_seed_falls_back_to_the_example_spread_and_says_so():
     one = seed_interval(0.1, [0.1], example_sd=0.02)
     assert one["df"] == float("inf") and one["method"].startswith("one seed")
