@@ -103,7 +103,7 @@ def rejudge_study(study_dir: str | Path) -> dict:
             if per_len:
                 groups.append((names[s], names["0.0"], "strength sweep", {ctype: per_len}))
 
-    out_groups, compared, unseen, seen_keys = [], [], 0, set()
+    out_groups, compared, unseen, seen_keys, shown = [], [], 0, set(), set()
     for model, ref, kind, per_type in groups:
         done: dict = {}
         for ctype, per_len in per_type.items():
@@ -117,7 +117,11 @@ def rejudge_study(study_dir: str | Path) -> dict:
                     continue
                 seen_keys.add(key)
                 done.setdefault(ctype, {})[str(length)] = rejudge_delta(d, pb, pe, level)
+        if done and kind == "strength sweep" and all(
+                (model, ref, c, L) in shown for c, per_l in done.items() for L in per_l):
+            continue  # a sweep model that is also a main encoding: that comparison is shown once
         if done:
+            shown.update((model, ref, c, L) for c, per_l in done.items() for L in per_l)
             compared.append((model, ref, done))
             out_groups.append({"model": model, "reference": ref, "kind": kind, "deltas": done})
     family = judge_deltas(compared, margin, level, unseen=unseen)
