@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from .records import append_session, check_output_dir, cpus, package_versions
 from .registry import suite_of
 from .runs import Run, check_run_folder
 from .train import SUMMARY, quiet_libraries, train_run
+from .workers import stop_with_parent
 
 __all__ = ["run_study", "train_all"]
 
@@ -64,7 +66,8 @@ def train_all(cfg, runs: list[Run], rows_path: Path, log, experiment: Callable[[
             torch.set_num_threads(torch_threads)
         return summaries
     ctx = multiprocessing.get_context("spawn")  # no forked torch thread pools
-    with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=stop_with_parent,
+                             initargs=(os.getpid(),)) as pool:
         futures = [pool.submit(train_fn, run, experiment(run), *args(run)) for run in todo]
         try:
             for i, fut in enumerate(as_completed(futures), 1):
