@@ -33,8 +33,10 @@ def test_task_config_lists_the_tasks_and_encodings_and_skips_optional_missing_on
     cfg = load_study_config(TASKS)
     assert isinstance(cfg, TaskStudyConfig) and list(cfg.tasks) == ["selective_copy", "counting", "flip_flop"]
     assert {"learned", "sinusoidal", "rope", "alibi", "none", "trajectory_rope", "trajectory_rope_learnable",
-            "trajectory_alibi", "trajectory_alibi_learnable", "cope"} == set(cfg.encodings)
+            "trajectory_alibi", "trajectory_alibi_learnable", "cope", "cope_sqrt_d"} == set(cfg.encodings)
     assert cfg.encodings["cope"]["encoding"] == "cope" and "cope" in cfg.optional_encodings
+    assert cfg.encodings["cope_sqrt_d"]["position_logit_scale"] == "sqrt_d"
+    assert "cope_sqrt_d" in cfg.task_encodings("flip_flop") and ["cope_sqrt_d", "cope"] in cfg.comparisons
     quick = load_study_config(TASKS, quick=True)
     assert list(quick.tasks) == ["selective_copy"] and list(quick.encodings) == ["learned", "rope", "cope"]
     assert quick.seeds == [0, 1] and quick.train.steps < cfg.train.steps and quick.output_dir != cfg.output_dir
@@ -119,7 +121,7 @@ def test_per_task_plan_and_comparisons_config_errors():
     cfg = load_study_config(TASKS, overrides=["per_task={counting: {encodings: [learned, alibi], train: {steps: 7}}}",
                                               "comparisons=[[trajectory_rope, rope], [cope, rope]]"])
     assert list(cfg.task_encodings("counting")) == ["learned", "alibi"] and cfg.for_task("counting").train.steps == 7
-    assert cfg.for_task("flip_flop").train.steps == cfg.train.steps and len(cfg.task_encodings("flip_flop")) == 10
+    assert cfg.for_task("flip_flop").train.steps == cfg.train.steps and len(cfg.task_encodings("flip_flop")) == len(cfg.encodings) == 11
     assert cfg.task_comparisons("counting") == [] and cfg.task_comparisons("flip_flop") == [
         ("trajectory_rope", "rope"), ("cope", "rope")]
     assert cfg.fingerprint() != load_study_config(TASKS).fingerprint()  # other steps: other models
