@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
 
-from .seed_inference import holm, tost_p_value
+from .seed_inference import benjamini_hochberg, holm, tost_p_value
 
 __all__ = ["BETTER", "NO_DIFFERENCE", "WORSE", "DEFAULT_MARGIN", "ZERO_TOLERANCE", "equivalence_level", "equivalent",
            "family_method", "judge_family", "plain_verdict", "significance", "verdict_text"]
@@ -94,7 +94,9 @@ def judge_family(family: Sequence[dict], value_key: str, margin: float, level: f
     ``value_key``, and ``p_value``, ``se``, ``df`` (:func:`~.seed_inference.seed_interval`); ``scale``
     turns the difference and ``se`` into the unit of ``margin`` (100 for fractions against points).
     Sets ``p_holm`` (significance), ``p_equivalence`` and ``p_equivalence_holm`` (TOST), ``significance``,
-    ``equivalent``, ``verdict``, ``family_size`` and ``correction``. A ``degenerate`` comparison (neither
+    ``equivalent``, ``verdict``, ``family_size`` and ``correction``; beside them ``p_bh`` and ``significance_bh``,
+    the Benjamini-Hochberg adjusted p and its call at the same level (a false discovery rate: with 3 seeds
+    Holm across hundreds of comparisons needs t of about 80, docs/evaluation.md). A ``degenerate`` comparison (neither
     model varies) is no test and stays out of the family. ``key``: dicts with the same key are the same
     comparison (shown twice in a report), counted once. ``unseen``: comparisons of the family not in
     ``family`` (:func:`~.seed_inference.holm`), counted in the family size. Returns the family size."""
@@ -107,18 +109,23 @@ def judge_family(family: Sequence[dict], value_key: str, margin: float, level: f
     raw = [float(d["p_value"]) for d in heads]
     tost = [tost_p_value(scale * d[value_key], scale * d["se"], d["df"], margin) for d in heads]
     p_sig, p_eq = (holm(raw, unseen), holm(tost, unseen)) if heads else ([], [])
+    p_fdr = benjamini_hochberg(raw + [1.0] * unseen)[: len(heads)] if heads else []
     n = len(heads) + unseen
-    for ds, p, pe, pe_raw in zip(groups.values(), p_sig, p_eq, tost, strict=True):
+    for ds, p, pe, pe_raw, pb in zip(groups.values(), p_sig, p_eq, tost, p_fdr, strict=True):
         for d in ds:
             value = scale * d[value_key]
-            sig = NO_DIFFERENCE
+            sig, sig_fdr = NO_DIFFERENCE, NO_DIFFERENCE
             if p < alpha and abs(value) > ZERO_TOLERANCE:
                 sig = BETTER if value > 0 else WORSE
+            if pb < alpha and abs(value) > ZERO_TOLERANCE:
+                sig_fdr = BETTER if value > 0 else WORSE
+            d.update(p_bh=pb, significance_bh=sig_fdr)
             d.update(p_holm=p, p_equivalence=pe_raw, p_equivalence_holm=pe, significance=sig,
                      equivalent=bool(pe < alpha), family_size=n, correction="holm",
                      verdict=verdict_text(sig, pe < alpha, margin, unit))
     for d in family:
         if d.get("degenerate"):
+            d.update(p_bh=None, significance_bh=NO_DIFFERENCE)
             d.update(p_holm=None, p_equivalence=None, p_equivalence_holm=None, significance=NO_DIFFERENCE,
                      equivalent=False, family_size=n, correction="holm",
                      verdict=verdict_text(NO_DIFFERENCE, False, margin, unit, d["degenerate"]))

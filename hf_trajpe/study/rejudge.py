@@ -22,8 +22,7 @@ import numpy as np
 from ..evaluation.bootstrap import delta_pct
 from ..evaluation.claims import verdict as claim_verdict
 from ..evaluation.evaluate_models import judge_deltas
-from ..evaluation.seed_inference import benjamini_hochberg, seed_interval, t_ppf
-from ..evaluation.verdicts import BETTER, NO_DIFFERENCE, WORSE, ZERO_TOLERANCE
+from ..evaluation.seed_inference import seed_interval, t_ppf
 
 __all__ = ["rejudge_delta", "rejudge_study", "rejudge_markdown", "SEQUENCE_SD_NOTE"]
 
@@ -54,27 +53,6 @@ def rejudge_delta(d: dict, base_seeds: list[float], enc_seeds: list[float], leve
     if "claim_verdict" in d:
         out["published_claim_verdict"] = d["claim_verdict"]
     return out
-
-
-def _false_discovery(groups: list[dict], unseen: int, level: float) -> None:
-    """Beside Holm's verdict, each delta's Benjamini-Hochberg adjusted p-value over the same family (the
-    unseen comparisons at p = 1, their least favourable value) and what a 5% false discovery rate calls it:
-    Holm bounds the chance of any false call among hundreds, which with 3 seeds (2 degrees of freedom)
-    needs a t of about 80; the false discovery rate bounds the share of false calls among those made."""
-    heads: dict = {}
-    for g in groups:
-        for ctype, per_len in g["deltas"].items():
-            for length, d in per_len.items():
-                heads.setdefault((g["model"], g["reference"], ctype, length), []).append(d)
-    keys = list(heads)
-    adjusted = benjamini_hochberg([heads[k][0]["p_value"] for k in keys] + [1.0] * unseen)[: len(keys)]
-    for k, p in zip(keys, adjusted, strict=True):
-        for d in heads[k]:
-            value = d["delta_pct"]
-            call = NO_DIFFERENCE
-            if p < 1.0 - level and abs(value) > ZERO_TOLERANCE:
-                call = BETTER if value > 0 else WORSE
-            d.update(p_bh=p, significance_bh=call)
 
 
 def _per_seed(report: dict, name: str, ctype: str, length: str) -> list[float] | None:
@@ -124,8 +102,7 @@ def rejudge_study(study_dir: str | Path) -> dict:
             shown.update((model, ref, c, L) for c, per_l in done.items() for L in per_l)
             compared.append((model, ref, done))
             out_groups.append({"model": model, "reference": ref, "kind": kind, "deltas": done})
-    family = judge_deltas(compared, margin, level, unseen=unseen)
-    _false_discovery(out_groups, unseen, level)
+    family = judge_deltas(compared, margin, level, unseen=unseen)  # Holm, and the false discovery rate beside it
     for g in out_groups:
         if g["kind"] == "trajectory against its base":
             for ctype, per_len in g["deltas"].items():

@@ -120,7 +120,14 @@ def _cells(agg: dict, splits: list[str], fmt) -> list[list[str]]:
 
 def _mark(d: dict) -> str:
     sig = {"better": "▲", "worse": "▼"}.get(d.get("significance", ""), "")
+    if not sig:  # Holm did not call it; a 5% false discovery rate may
+        sig = {"better": "△", "worse": "▽"}.get(d.get("significance_bh", ""), "")
     return sig + ("=" if d.get("equivalent") else ("" if sig else "?"))
+
+
+#: the marks of a call made only at the false discovery rate
+FDR_LEGEND = ("△/▽ better/worse at a 5% false discovery rate (Benjamini-Hochberg across the same comparisons) "
+              "but not after Holm's adjustment")
 
 
 def _diff(cell: dict, reference: str | None = None, metric: str = "exact_match") -> str:
@@ -156,7 +163,8 @@ def _all_comparisons(agg: dict, splits: list[str]) -> list[list[str]]:
                 for ref, d in found:
                     rows.append([label, split, f"`{name}` − " + (f"`{ref}`" if ref else "baseline"),
                                  f"{100 * d['difference']:+.1f}", _ci(d["ci"]), p_text(d.get("p_value")),
-                                 p_text(d.get("p_holm")), p_text(d.get("p_equivalence_holm")), d["verdict"]])
+                                 p_text(d.get("p_holm")), p_text(d.get("p_equivalence_holm")), d["verdict"],
+                                 p_text(d.get("p_bh")), d.get("significance_bh", "-")])
     return rows
 
 
@@ -218,13 +226,14 @@ def _task_md(cfg: TaskStudyConfig, task: str, agg: dict, result: dict, summaries
             f"{_pct(c[m]['mean'])} {_ci(c[m]['ci'])}<br>per seed {_per_seed(c[m])}<br>"
             f"examples {_ci(c[m]['ci_examples'])}, seeds {_ci(c[m]['ci_seeds'])}")))
         lines += [f"**{label.capitalize()} minus `{cfg.baseline}`'s (points)**, paired on the examples and seeds: "
-                  + legend(cfg.equivalence_margin, " points", family), ""]
+                  + legend(cfg.equivalence_margin, " points", family) + "; " + FDR_LEGEND, ""]
         lines += _table(["encoding", *splits], _cells(agg, splits, lambda c, m=metric: _diff(c, None, m)))
         lines += _comparison_lines(cfg, task, agg, splits, metric)
-    lines += ["Every comparison of this task, with its raw p-value and the Holm-adjusted ones (significance; "
-              f"equivalence within ±{cfg.equivalence_margin:g} points):", ""]
+    lines += ["Every comparison of this task, with its raw p-value, the Holm-adjusted ones (significance; "
+              f"equivalence within ±{cfg.equivalence_margin:g} points), the verdict they give, and beside it the "
+              "Benjamini-Hochberg adjusted p-value and its call at a 5% false discovery rate:", ""]
     lines += _table(["metric", "split", "comparison", "points", "95% interval", "p", "p (Holm)",
-                     "p equivalence (Holm)", "verdict"], _all_comparisons(agg, splits))
+                     "p equivalence (Holm)", "verdict", "p (BH)", "at 5% FDR"], _all_comparisons(agg, splits))
     if result.get("positions"):
         lines += ["Where the trajectory models put their tokens, on each test split (mean over seeds): step "
                   "`p_i - p_(i-1)` and its coefficient of variation, displacement `p_i - i`, clamped share:", ""]
@@ -243,7 +252,7 @@ def _summary(cfg: TaskStudyConfig, aggregated: dict, results: dict, family: int)
              f"{seeds} seed(s) per encoding; {_data_words(cfg)}. Cells: exact match minus `{cfg.baseline}`'s in "
              "points [95% interval: Student's t over seeds plus the spread over test examples] (the baseline's "
              "row: its own exact match in %); answer-token accuracy, raw and adjusted p-values in each task's "
-             "section. " + legend(cfg.equivalence_margin, " points", family), ""]
+             "section. " + legend(cfg.equivalence_margin, " points", family) + "; " + FDR_LEGEND, ""]
     for task, agg in aggregated.items():
         splits = list(next(iter(agg.values())))
         sized = cfg.for_task(task)

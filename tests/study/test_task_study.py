@@ -121,7 +121,8 @@ def test_per_task_plan_and_comparisons_config_errors():
     cfg = load_study_config(TASKS, overrides=["per_task={counting: {encodings: [learned, alibi], train: {steps: 7}}}",
                                               "comparisons=[[trajectory_rope, rope], [cope, rope]]"])
     assert list(cfg.task_encodings("counting")) == ["learned", "alibi"] and cfg.for_task("counting").train.steps == 7
-    assert cfg.for_task("flip_flop").train.steps == cfg.train.steps and len(cfg.task_encodings("flip_flop")) == len(cfg.encodings) == 11
+    assert cfg.for_task("flip_flop").train.steps == cfg.train.steps
+    assert len(cfg.task_encodings("flip_flop")) == len(cfg.encodings) == 11
     assert cfg.task_comparisons("counting") == [] and cfg.task_comparisons("flip_flop") == [
         ("trajectory_rope", "rope"), ("cope", "rope")]
     assert cfg.fingerprint() != load_study_config(TASKS).fingerprint()  # other steps: other models
@@ -288,6 +289,9 @@ def test_a_report_does_not_call_better_what_only_its_raw_p_value_calls_better(tm
     assert d["significance"] == "no significant difference" and d["verdict"].startswith("no significant difference")
     md = paths["study_md"].read_text()
     table_rows = [line for line in md.splitlines() if line.startswith("| `rope`")]
-    assert table_rows and not any("▲" in line for line in table_rows) and "| `rope` | +11.0 [+1.8, +20.2] ? |" in md
+    assert table_rows and not any("▲" in line for line in table_rows)
+    # six equal p-values: Benjamini-Hochberg leaves each at 0.035, a call at a 5% false discovery rate only
+    assert "| `rope` | +11.0 [+1.8, +20.2] △ |" in md and d["p_bh"] == pytest.approx(d["p_value"])
+    assert d["significance_bh"] == "better" and "△/▽ better/worse at a 5% false discovery rate" in md
     assert "| exact match | test | `rope` − baseline | +11.0 | [1.8, 20.2] | 0.03" in md and "| 0.21" in md
     assert "61.0 [" in md and "<br>per seed 61.0 / 62.0 / 60.0<br>" in md  # RoPE's seeds, each one shown
