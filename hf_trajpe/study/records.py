@@ -39,8 +39,11 @@ def check_output_dir(cfg, out: Path) -> None:
     """Refuse an ``output_dir`` that holds models of other model/data/training settings; mark it as ours."""
     marker = out / "study.json"
     if marker.exists():
-        old = json.loads(marker.read_text()).get("fingerprint")
-        if old != cfg.fingerprint():
+        saved = json.loads(marker.read_text())
+        if saved.get("fingerprint") != cfg.fingerprint():
+            covered_by = getattr(cfg, "covered_by", None)
+            if covered_by is not None and covered_by(saved.get("config") or {}):
+                return  # a part of the study that marked this folder: its marker (the whole) stays
             raise FileExistsError(
                 f"{out} holds models of a study with different model/data/training settings; "
                 "set output_dir to a new folder (or delete this one) to train from scratch")

@@ -221,13 +221,32 @@ class TaskStudyConfig:
 
     def fingerprint(self) -> str:
         """What decides the trained models: a resumed study reuses finished models only when this matches."""
-        d = self.to_dict()
-        keep = {k: d[k] for k in ("model", "tokenizer", "data", "train", "tasks")}
-        for section in ("train", "data"):  # absent: fingerprints as before
-            sized = {t: plan[section] for t, plan in self.per_task.items() if (plan or {}).get(section)}
-            if sized:
-                keep[f"per_task_{section}"] = sized
-        return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
+        return _fingerprint(self.to_dict())
+
+    def covered_by(self, saved: dict) -> bool:
+        """Whether the study whose config is ``saved`` (a ``to_dict``) trained this one's models with the same
+        settings: the same model, data and training, and each of this study's tasks among its tasks with the same
+        options. A study of some of the tasks (one task's extra encodings, a report of two tasks) then reuses
+        the models of the whole."""
+        mine = self.to_dict()
+        tasks = set(mine["tasks"])
+        if not tasks <= set(saved.get("tasks") or {}):
+            return False
+        return _fingerprint(mine, tasks) == _fingerprint(saved, tasks)
+
+
+def _fingerprint(d: dict, tasks: set[str] | None = None) -> str:
+    """The fingerprint of a task study's config dict, over ``tasks`` only when given."""
+    keep = {k: d[k] for k in ("model", "tokenizer", "data", "train", "tasks")}
+    per_task = d.get("per_task") or {}
+    if tasks is not None:
+        keep["tasks"] = {t: v for t, v in keep["tasks"].items() if t in tasks}
+        per_task = {t: v for t, v in per_task.items() if t in tasks}
+    for section in ("train", "data"):  # absent: fingerprints as before
+        sized = {t: plan[section] for t, plan in per_task.items() if (plan or {}).get(section)}
+        if sized:
+            keep[f"per_task_{section}"] = sized
+    return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _check_budget(budget: TaskBudget) -> None:

@@ -196,6 +196,9 @@ def _budget_words(cfg: TaskStudyConfig, task: str, result: dict) -> str:
     if not budget:
         return f"{result['steps']} steps for every encoding (the config's train.steps, not chosen on validation)"
     per = "; ".join(f"{c} steps: {100 * v['exact_match']:.1f}%" for c, v in budget["validation"].items())
+    if len(budget["candidates"]) == 1:
+        return (f"{budget['chosen']} steps for every encoding, set in advance (a single candidate, so nothing was "
+                f"chosen; validation exact match {per})")
     return (f"{budget['chosen']} steps for every encoding, chosen on the validation split from {budget['candidates']} "
             f"({budget['rule']}; validation exact match {per})")
 

@@ -295,3 +295,35 @@ def test_a_report_does_not_call_better_what_only_its_raw_p_value_calls_better(tm
     assert d["significance_bh"] == "better" and "△/▽ better/worse at a 5% false discovery rate" in md
     assert "| exact match | test | `rope` − baseline | +11.0 | [1.8, 20.2] | 0.03" in md and "| 0.21" in md
     assert "61.0 [" in md and "<br>per seed 61.0 / 62.0 / 60.0<br>" in md  # RoPE's seeds, each one shown
+
+
+def test_a_study_of_some_tasks_reuses_the_folder_of_the_whole_and_leaves_its_marker(tmp_path):
+    from hf_trajpe.study.records import check_output_dir
+
+    whole = load_study_config(TASKS)
+    check_output_dir(whole, tmp_path)
+    marker = (tmp_path / "study.json").read_text()
+    part = load_study_config(TASKS, overrides=["tasks={flip_flop: {}}", "baseline=cope", "comparisons=[]",
+                                               "per_task={flip_flop: {encodings: [cope, cope_sqrt_d]}}"])
+    assert part.fingerprint() != whole.fingerprint() and part.covered_by(whole.to_dict())
+    check_output_dir(part, tmp_path)  # the flip-flop models of the whole are this study's
+    assert (tmp_path / "study.json").read_text() == marker
+    check_output_dir(whole, tmp_path)  # and the whole still resumes after it
+    for other in (["tasks={flip_flop: {instructions: 32}}", "per_task={}"],  # other task options
+                  ["tasks={flip_flop: {}}", "per_task={flip_flop: {train: {steps: 9}}}"],  # other training
+                  ["tasks={flip_flop: {}}", "per_task={}", "train.lr=0.001"]):
+        with pytest.raises(FileExistsError, match="different model/data/training settings"):
+            check_output_dir(load_study_config(TASKS, overrides=other), tmp_path)
+
+
+def test_a_single_budget_candidate_is_reported_as_set_in_advance_not_chosen():
+    from hf_trajpe.study.tasks import choose_budget
+    from hf_trajpe.study.tasks_report import _budget_words
+
+    cfg = load_study_config(TASKS)
+    one = choose_budget({1500: {("rope", 0): (0.5, 0.8), ("cope", 0): (0.3, 0.7)}})
+    words = _budget_words(cfg, "flip_flop", {"budget": one, "steps": 1500})
+    assert words.startswith("1500 steps for every encoding, set in advance") and "chosen on" not in words
+    two = choose_budget({600: {("rope", 0): (0.5, 0.8)}, 1500: {("rope", 0): (0.6, 0.8)}})
+    assert "chosen on the validation split from [600, 1500]" in _budget_words(cfg, "flip_flop",
+                                                                            {"budget": two, "steps": 1500})
