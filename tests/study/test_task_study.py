@@ -36,7 +36,8 @@ def test_task_config_lists_the_tasks_and_encodings_and_skips_optional_missing_on
             "trajectory_alibi", "trajectory_alibi_learnable", "cope", "cope_sqrt_d"} == set(cfg.encodings)
     assert cfg.encodings["cope"]["encoding"] == "cope" and "cope" in cfg.optional_encodings
     assert cfg.encodings["cope_sqrt_d"]["position_logit_scale"] == "sqrt_d"
-    assert "cope_sqrt_d" in cfg.task_encodings("flip_flop") and ["cope_sqrt_d", "cope"] in cfg.comparisons
+    assert list(cfg.task_encodings("flip_flop")) == ["learned", "rope", "cope", "trajectory_rope"]
+    assert ["cope_sqrt_d", "cope"] in cfg.comparisons and cfg.step_candidates("flip_flop") == [1500]
     quick = load_study_config(TASKS, quick=True)
     assert list(quick.tasks) == ["selective_copy"] and list(quick.encodings) == ["learned", "rope", "cope"]
     assert quick.seeds == [0, 1] and quick.train.steps < cfg.train.steps and quick.output_dir != cfg.output_dir
