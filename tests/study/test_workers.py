@@ -8,13 +8,17 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
+
+from hf_trajpe.study import workers
 
 PARENT = textwrap.dedent("""
     import multiprocessing, os, sys, time
     from concurrent.futures import ProcessPoolExecutor
-    from hf_trajpe.study.workers import stop_with_parent
+    sys.path.insert(0, sys.argv[3])  # the module alone (no torch to import in either process); spawn passes the path on
+    from workers import stop_with_parent
 
     def task(path):
         with open(path, "w") as f:
@@ -42,7 +46,7 @@ def _alive(pid: int) -> bool:
 def _worker_after_parent_killed(tmp_path, mode: str) -> bool:
     script, pid_file = tmp_path / "parent.py", tmp_path / f"worker_{mode}.pid"
     script.write_text(PARENT)
-    parent = subprocess.Popen([sys.executable, str(script), str(pid_file), mode])
+    parent = subprocess.Popen([sys.executable, str(script), str(pid_file), mode, str(Path(workers.__file__).parent)])
     try:
         for _ in range(300):
             if pid_file.exists() and pid_file.read_text():
