@@ -119,14 +119,13 @@ def judge_family(family: Sequence[dict], value_key: str, margin: float, level: f
                 sig = BETTER if value > 0 else WORSE
             if pb < alpha and abs(value) > ZERO_TOLERANCE:
                 sig_fdr = BETTER if value > 0 else WORSE
-            d.update(p_bh=pb, significance_bh=sig_fdr)
-            d.update(p_holm=p, p_equivalence=pe_raw, p_equivalence_holm=pe, significance=sig,
-                     equivalent=bool(pe < alpha), family_size=n, correction="holm",
+            d.update(p_holm=p, p_bh=pb, significance_bh=sig_fdr, p_equivalence=pe_raw, p_equivalence_holm=pe,
+                     significance=sig, equivalent=bool(pe < alpha), family_size=n, correction="holm",
                      verdict=verdict_text(sig, pe < alpha, margin, unit))
     for d in family:
         if d.get("degenerate"):
-            d.update(p_bh=None, significance_bh=NO_DIFFERENCE)
-            d.update(p_holm=None, p_equivalence=None, p_equivalence_holm=None, significance=NO_DIFFERENCE,
-                     equivalent=False, family_size=n, correction="holm",
+            d.update(p_holm=None, p_bh=None, significance_bh=NO_DIFFERENCE, p_equivalence=None,
+                     p_equivalence_holm=None, significance=NO_DIFFERENCE, equivalent=False, family_size=n,
+                     correction="holm",
                      verdict=verdict_text(NO_DIFFERENCE, False, margin, unit, d["degenerate"]))
     return n

@@ -135,7 +135,7 @@ def rejudge_markdown(result: dict, command: str | None = None) -> str:
              "Benjamini-Hochberg adjusted p-value over the same family and what a 5% false discovery rate calls "
              "(`FDR 5%`). Deltas in % of perplexity, positive = the model is better than the reference.",
              "",
-             f"{command and f'Command: `{command}`' or ''}".strip(), "", "## What changed", "",
+             f"Command: `{command}`" if command else "", "", "## What changed", "",
              "| comparisons | published verdict | now (Holm) | now at FDR 5% | count |", "|---|---|---|---|---:|"]
     counts: dict = {}
     for g in groups:
