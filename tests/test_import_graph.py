@@ -104,3 +104,38 @@ def test_the_detector_finds_cycles_through_lazy_relative_and_package_imports(tmp
     assert find_cycle(graph) == ["pkg.a", "pkg.sub", "pkg.sub.b", "pkg.a"]
     typed = base | {"pkg/sub/b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pkg.a\n"}
     assert find_cycle(import_graph(_package(tmp_path / "typed", typed))) == ["pkg.a", "pkg.sub", "pkg.sub.b", "pkg.a"]
+
+
+def facade_uses(package_dir: Path) -> list[str]:
+    """Modules of the package that reach a name through the package's lazy facade (``import hf_trajpe`` then
+    ``hf_trajpe.patch``, or ``from hf_trajpe import patch`` inside the package): the facade imports nothing
+    until first use, so such an edge is invisible to :func:`import_graph`. Only the facade's own names count
+    (``__version__`` is defined in ``__init__`` itself)."""
+    root = package_dir.name
+    init = ast.parse((package_dir / "__init__.py").read_text())
+    facade = next(ast.literal_eval(n.value) for n in init.body
+                  if isinstance(n, ast.AnnAssign | ast.Assign)
+                  and "__all__" in [t.id for t in (n.targets if isinstance(n, ast.Assign) else [n.target])])
+    found = []
+    for name, path in module_names(package_dir).items():
+        if name == root:
+            continue
+        is_package = path.name == "__init__.py"
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import) and any(a.name == root for a in node.names):
+                found.append(f"{name}: import {root}")
+            elif isinstance(node, ast.ImportFrom) and _resolve(name, is_package, node) == root:
+                found += [f"{name}: from {root} import {a.name}" for a in node.names if a.name in facade]
+    return sorted(found)
+
+
+def test_no_module_inside_the_package_goes_through_the_facade():
+    uses = facade_uses(ROOT / "hf_trajpe")
+    assert not uses, "import the defining module instead (from ..patching import patch): " + "; ".join(uses)
+
+
+def test_the_facade_check_sees_both_forms(tmp_path):
+    files = {"pkg/__init__.py": '__all__ = ["patch"]\n__version__ = "1"\n', "pkg/sub/__init__.py": "",
+             "pkg/sub/a.py": "def f():\n    import pkg\n    return pkg.patch\n",
+             "pkg/sub/b.py": "from .. import patch, __version__\n", "pkg/sub/c.py": "from .. import __version__\n"}
+    assert facade_uses(_package(tmp_path, files)) == ["pkg.sub.a: import pkg", "pkg.sub.b: from pkg import patch"]

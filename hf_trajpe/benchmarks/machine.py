@@ -25,7 +25,7 @@ def _cpu_name() -> str:
 def machine_info(device: str, dtype: torch.dtype) -> dict[str, object]:
     import transformers
 
-    import hf_trajpe
+    from .. import __version__
 
     info: dict[str, object] = {
         "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S"),
@@ -36,7 +36,7 @@ def machine_info(device: str, dtype: torch.dtype) -> dict[str, object]:
         "python": platform.python_version(),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
-        "hf_trajpe": hf_trajpe.__version__,
+        "hf_trajpe": __version__,
         "device": device,
         "dtype": str(dtype).replace("torch.", ""),
     }

@@ -181,10 +181,10 @@ def patched(model: torch.nn.Module) -> Callable[[str | None], contextlib.Abstrac
         if label is None:
             yield
             return
-        import hf_trajpe
+        from ..patching import patch
 
         enc, opts = ENCODINGS[label]
-        with hf_trajpe.patch(model, enc, **opts):
+        with patch(model, enc, **opts):
             yield
 
     return context

@@ -148,14 +148,13 @@ def run(args: argparse.Namespace) -> int:
 def _load(args: argparse.Namespace):
     import torch
 
-    import hf_trajpe
-
     from ..data import load_tokenizer
     from ..evaluation.evaluate_models import load_model
+    from ..patching import patch
 
     model = load_model(args.model)
     if args.encoding is not None:
-        hf_trajpe.patch(model, args.encoding, **dict(args.option))
+        patch(model, args.encoding, **dict(args.option))
     model = model.to(torch.device(args.device)).eval()
     tokenizer = load_tokenizer(args.tokenizer or args.model)
     return model, tokenizer

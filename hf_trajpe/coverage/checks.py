@@ -66,7 +66,7 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def _check_cell(model, label: str, encoding: str, options: dict, ids, stock, causal: bool, pad: int) -> CellResult:
-    import hf_trajpe
+    from ..patching import from_pretrained, patch
 
     result = CellResult(label)
     trajectory = encoding == "trajectory"
@@ -74,20 +74,20 @@ def _check_cell(model, label: str, encoding: str, options: dict, ids, stock, cau
     try:
         if label == LAYER_MAP:
             zero = {"1:": {"encoding": "trajectory", "strength": 0.0}} if len(encoding) > 1 else {}
-            with hf_trajpe.patch(model, {"0": "native", **zero}):
+            with patch(model, {"0": "native", **zero}):
                 result.checks["layers"] = _same(_logits(model, input_ids=ids), stock)
         else:
             result.checks["layers"] = None
         if trajectory:
-            with hf_trajpe.patch(model, encoding, **dict(options, strength=0.0)):
+            with patch(model, encoding, **dict(options, strength=0.0)):
                 zero = _logits(model, input_ids=ids)
             base = options["base"]
             base_enc = "native" if base in ("learned",) else base
-            with hf_trajpe.patch(model, base_enc):
+            with patch(model, base_enc):
                 result.checks["strength 0"] = _same(zero, _logits(model, input_ids=ids))
         else:
             result.checks["strength 0"] = None
-        handle = hf_trajpe.patch(model, encoding, **opts)
+        handle = patch(model, encoding, **opts)
         try:
             patched = _logits(model, input_ids=ids)
             result.checks["stock"] = _same(patched, stock) if encoding == "native" else None
@@ -107,7 +107,7 @@ def _check_cell(model, label: str, encoding: str, options: dict, ids, stock, cau
             result.checks["padding"] = bool(torch.allclose(with_pad, alone, rtol=1e-4, atol=1e-5))
             with tempfile.TemporaryDirectory() as tmp:
                 model.save_pretrained(tmp)
-                reloaded = hf_trajpe.from_pretrained(tmp, dtype=torch.float32,
+                reloaded = from_pretrained(tmp, dtype=torch.float32,
                                                      attn_implementation=handle.attn_stock).eval()
                 result.checks["reload"] = _same(_logits(reloaded, input_ids=ids), patched)
         finally:

@@ -96,11 +96,9 @@ def load_model(spec):
     if is_gguf(path):
         return load_source(path, transformers.AutoModelForCausalLM)
     if (path / "hf_trajpe_config.json").exists():
-        import hf_trajpe
+        from ..patching import from_pretrained
 
-        loader = getattr(hf_trajpe, "from_pretrained", None)
-        if loader is not None:
-            return loader(str(path))
+        return from_pretrained(str(path))
     config = transformers.AutoConfig.from_pretrained(str(path))
     archs = getattr(config, "architectures", None) or []
     if any("MaskedLM" in a for a in archs):

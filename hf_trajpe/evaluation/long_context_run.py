@@ -45,10 +45,9 @@ def evaluate_long_context(models: dict[str, str], patches: dict[str, dict] | Non
     import torch
     from tqdm.auto import tqdm
 
-    import hf_trajpe
-
     from ..data import load_tokenizer
     from ..loading import load_model
+    from ..patching import patch
 
     patches = patches or {}
     unknown = sorted(set(patches) - set(models))
@@ -78,7 +77,7 @@ def evaluate_long_context(models: dict[str, str], patches: dict[str, dict] | Non
             result["documents"] = {k: [d["source"] for d in v] for k, v in docs.items()}
         for name in names:
             options = dict(patches.get(name) or {})
-            handle = hf_trajpe.patch(model, options.pop("encoding", "native"), **options) if name in patches else None
+            handle = patch(model, options.pop("encoding", "native"), **options) if name in patches else None
             try:
                 nlls: dict[str, list[torch.Tensor]] = {}
                 bar = tqdm(total=sum(len(d) for d in docs.values()), desc=f"{name}: {length} tokens", unit="doc",

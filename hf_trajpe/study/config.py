@@ -123,7 +123,7 @@ def check_layers_on_model(model: dict, encodings: dict) -> None:
     import torch
     import transformers
 
-    import hf_trajpe
+    from ..patching import patch
 
     options = dict(model)
     config = transformers.AutoConfig.for_model(options.pop("model_type"), **options)
@@ -131,7 +131,7 @@ def check_layers_on_model(model: dict, encodings: dict) -> None:
         built = transformers.AutoModelForCausalLM.from_config(config)
     for name, value in layered.items():
         try:
-            hf_trajpe.patch(built, value).unpatch()
+            patch(built, value).unpatch()
         except (NotImplementedError, TypeError, ValueError) as err:
             raise ConfigError(f"encodings.{name}: {err}") from None
 

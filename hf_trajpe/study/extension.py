@@ -65,9 +65,8 @@ def read_all(models: dict[int, str | dict[str, str]], methods: dict[str, dict | 
     and extended (a study run again re-reads nothing that has not changed)."""
     from tqdm.auto import tqdm
 
-    import hf_trajpe
-
     from ..evaluation import load_model
+    from ..patching import patch
 
     done = _load_reads(cache)
     blocks = {f: test_blocks(streams, int(round(f * trained)), count) for f in factors}
@@ -87,7 +86,7 @@ def read_all(models: dict[int, str | dict[str, str]], methods: dict[str, dict | 
                     handle = None
                     if options is not None:
                         options = dict(options)
-                        handle = hf_trajpe.patch(model, options.pop("encoding"), **options)
+                        handle = patch(model, options.pop("encoding"), **options)
                     try:
                         done[key] = {kind: read_losses(model, b, trained, batch_size) for kind, b in blocks[f].items()}
                     finally:

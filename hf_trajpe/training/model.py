@@ -73,9 +73,8 @@ def build_model(cfg: ExperimentConfig, tokenizer=None):
     Call after seeding: a model from a config is initialised from the torch RNG."""
     import transformers
 
-    import hf_trajpe
-
     from ..loading import load_model
+    from ..patching import patch
 
     m: ModelConfig = cfg.model
     auto = auto_model_class(m.task)
@@ -90,7 +89,7 @@ def build_model(cfg: ExperimentConfig, tokenizer=None):
     handle = None
     if cfg.encoding is not None:
         encoding, options = cfg.encoding.patch_arguments()
-        handle = hf_trajpe.patch(model, encoding, **options)
+        handle = patch(model, encoding, **options)
         auto = any(c.encoding == "trajectory" and c.strength == "auto" for c in handle.configs)
         if auto and tokenizer is not None:
             handle.set_tokenizer(tokenizer)

@@ -61,15 +61,14 @@ class RunSaving:
         """Under FSDP this process's patch module holds shards of the learnable strength: the patch is
         saved again (``hf_trajpe.save_patch``) from a CPU copy of the saved model, patched alike and
         loaded with the patch state of the gathered ``state_dict``."""
-        import hf_trajpe
-
+        from ..patching import patch, save_patch
         from .model import auto_model_class
 
         copy = auto_model_class(self.cfg.model.task).from_pretrained(str(final))
-        handle = hf_trajpe.patch(copy, self.handle.config)
+        handle = patch(copy, self.handle.config)
         handle.state.load_state_dict({k[len(PATCH_STATE_PREFIX):]: v.detach().cpu()
                                       for k, v in state_dict.items() if k.startswith(PATCH_STATE_PREFIX)})
-        hf_trajpe.save_patch(copy, final)
+        save_patch(copy, final)
 
     def _write_rank_summary(self, state_dict: dict) -> None:
         acc = self.accelerator
