@@ -69,20 +69,38 @@ def _head(model) -> tuple[torch.nn.Module, Callable[[torch.Tensor], torch.Tensor
 
 
 @torch.inference_mode()
-def token_nll(model, ids: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
+def token_nll(model, ids: torch.Tensor, chunk: int = 1024, prefill_chunk: int | None = None) -> torch.Tensor:
     """Loss of each next token of one document ``ids`` ``[n]``: ``[n - 1]`` float64 (position ``i`` predicts
-    token ``i + 1``), from one forward of the base model and the output head ``chunk`` positions at a time."""
+    token ``i + 1``), the output head applied ``chunk`` positions at a time.
+
+    ``prefill_chunk``: read the document that many tokens at a time through the KV cache (chunked prefill), so
+    that no forward holds more than ``prefill_chunk`` queries' activations and attention scores; ``None``: one
+    forward. Both give the same losses up to float rounding (the same keys, attended in another grouping)."""
     _, head = _head(model)
     device = next(model.parameters()).device
     ids = ids.to(device)[None]
-    hidden = model.base_model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False)
-    hidden = hidden.last_hidden_state if hasattr(hidden, "last_hidden_state") else hidden[0]
+    n = ids.shape[1]
+    step = n if prefill_chunk is None else max(1, int(prefill_chunk))
+    cache = None
+    if step < n:
+        from transformers import DynamicCache
+
+        from ..compat import cache_kwarg
+
+        cache, cache_name = DynamicCache(config=model.config), cache_kwarg()
     out = []
-    for start in range(0, ids.shape[1] - 1, chunk):
-        stop = min(start + chunk, ids.shape[1] - 1)
-        logits = head(hidden[:, start:stop]).float()
-        target = ids[:, start + 1:stop + 1]
-        out.append(torch.nn.functional.cross_entropy(logits[0], target[0], reduction="none").double().cpu())
+    for begin in range(0, n - 1, step):
+        end = min(begin + step, n)
+        kwargs = {cache_name: cache, "use_cache": True} if cache is not None else {"use_cache": False}
+        hidden = model.base_model(input_ids=ids[:, begin:end], attention_mask=torch.ones_like(ids[:, :end]),
+                                  position_ids=torch.arange(begin, end, device=device)[None], **kwargs)
+        hidden = hidden.last_hidden_state if hasattr(hidden, "last_hidden_state") else hidden[0]
+        last = min(end, n - 1)  # the document's last token predicts nothing
+        for start in range(begin, last, chunk):
+            stop = min(start + chunk, last)
+            logits = head(hidden[:, start - begin:stop - begin]).float()
+            target = ids[:, start + 1:stop + 1]
+            out.append(torch.nn.functional.cross_entropy(logits[0], target[0], reduction="none").double().cpu())
     return torch.cat(out)
 
 

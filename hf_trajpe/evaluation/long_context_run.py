@@ -38,31 +38,38 @@ def evaluate_long_context(models: dict[str, str], patches: dict[str, dict] | Non
                           kinds: Sequence[str] = LONG_KINDS, documents: int = 2,
                           passkey_lengths: Sequence[int] = (), passkey_depths: Sequence[float] = (0.1, 0.5, 0.9),
                           passkey_trials: int = 1, edges: Sequence[float] = WINDOW_EDGES, n_resamples: int = 2000,
-                          progress: bool = True) -> dict:
+                          progress: bool = True, dtype: str = "float32", prefill_chunk: int | None = None) -> dict:
     """``models``: name -> model source (folder, ``.gguf`` file or ``package:``); ``patches``: name -> options
     of ``hf_trajpe.patch`` (``{"encoding": "rope", "rope_parameters": {...}}``), none for the model as loaded.
-    Returns the report as a dict (what :func:`write_long_context_report` writes)."""
+    ``dtype``: ``float32``, ``bfloat16`` or ``auto`` (:func:`hf_trajpe.precision.resolve_dtype`: measured on this
+    machine); every model and patch of the run reads in the same type, and the result says which and why.
+    ``prefill_chunk``: read each document that many tokens at a time through the KV cache (bounded memory at
+    long lengths; :func:`~.long_context.token_nll`). Returns the report as a dict (what
+    :func:`write_long_context_report` writes)."""
     import torch
     from tqdm.auto import tqdm
 
     from ..data import load_tokenizer
     from ..loading import load_model
     from ..patching import patch
+    from ..precision import resolve_dtype
 
     patches = patches or {}
+    torch_dtype, precision = resolve_dtype(dtype)
     unknown = sorted(set(patches) - set(models))
     if unknown:
         raise ValueError(f"patch options for {', '.join(unknown)}, which no --model names")
     by_source: dict[str, list[str]] = {}
     for name, source in models.items():
         by_source.setdefault(source, []).append(name)
-    result: dict = {"length": length, "edges": list(edges), "kinds": list(kinds), "models": {}, "patches": patches}
+    result: dict = {"length": length, "edges": list(edges), "kinds": list(kinds), "models": {}, "patches": patches,
+                    "precision": precision, "prefill_chunk": prefill_chunk}
     tok = load_tokenizer(tokenizer or next(iter(models.values())))
     docs = None
     started = time.process_time()
     for source, names in by_source.items():
         _log(f"long-context: loading {source}")
-        model = load_model(source).eval()
+        model = load_model(source).eval().to(torch_dtype)
         trained = trained_length or trained_length_of(model)
         result["trained_length"] = trained
         if docs is None:
@@ -85,7 +92,7 @@ def evaluate_long_context(models: dict[str, str], patches: dict[str, dict] | Non
                 for kind, kind_docs in docs.items():
                     nlls[kind] = []
                     for doc in kind_docs:
-                        nlls[kind].append(token_nll(model, doc["ids"]))
+                        nlls[kind].append(token_nll(model, doc["ids"], prefill_chunk=prefill_chunk))
                         bar.update(1)
                 bar.close()
                 entry = {"windows": {}, "passkey": []}
@@ -119,7 +126,9 @@ def write_long_context_report(result: dict, out: str | Path) -> dict[str, Path]:
              f"{result['length']} tokens per document; trained length {result['trained_length']}; windows in "
              "multiples of it; perplexity of the tokens in each window, 95% bootstrap interval over documents "
              f"({', '.join(f'{k}: {len(v)}' for k, v in result['documents'].items())}). CPU "
-             f"{result['cpu_seconds']:.0f} s.\n"]
+             f"{result['cpu_seconds']:.0f} s"
+             + (f"; read in {result['precision']['dtype']} ({result['precision']['reason']})" if "precision" in result
+                else "") + ".\n"]
     for kind in ["all", *result["documents"]]:
         lines += [f"\n## {'every kind' if kind == 'all' else kind}\n",
                   "| model | " + " | ".join(w["label"] for w in first) + " |",
