@@ -28,5 +28,5 @@ def string_match_all(predictions: Sequence[str], references: Sequence[Sequence[s
 register_metric(Metric(
     name="string_match_all", compute=string_match_all, inputs="generated_text",
     aggregation="mean over examples of the share of references found in the answer", higher_is_better=True,
-    label="string match (all)", description="share of the reference strings found in the answer, ignoring case",
+    label="string match, all", description="share of the reference strings found in the answer, ignoring case",
     unit="%", digits=2, scale=100.0, per_example=per_example))

@@ -28,5 +28,5 @@ def string_match_part(predictions: Sequence[str], references: Sequence[Sequence[
 register_metric(Metric(
     name="string_match_part", compute=string_match_part, inputs="generated_text",
     aggregation="mean over examples of 1 (any reference found in the answer) or 0", higher_is_better=True,
-    label="string match (part)", description="any of the reference strings found in the answer, ignoring case",
+    label="string match, part", description="any of the reference strings found in the answer, ignoring case",
     unit="%", digits=2, scale=100.0, per_example=per_example))
