@@ -245,3 +245,17 @@ def test_the_docs_list_every_registered_metric():
     assert table in section, "docs/evaluation.md, section Metrics: replace the table by\n\n" + table
     named = set(re.findall(r"^\| `(\w+)`", section, flags=re.M))
     assert named == set(METRICS)
+
+
+def test_the_metrics_import_no_scorer_report_or_study():
+    from tests.test_import_graph import import_graph
+
+    graph = import_graph(ROOT / "hf_trajpe")
+    metrics = [m for m in graph if m.startswith("hf_trajpe.evaluation.metrics.")
+               and ".evaluate_modules." not in m]
+    assert len(metrics) >= len(EXPECTED)
+    for module in metrics:
+        outside = {t for t in graph[module] if not t.startswith("hf_trajpe.evaluation.metrics")}
+        assert not outside, f"{module} imports {outside}: a metric needs nothing but its neighbours"
+    evaluation = [m for m in graph if m.startswith("hf_trajpe.evaluation")]
+    assert not {t for m in evaluation for t in graph[m] if t.startswith("hf_trajpe.study")}
