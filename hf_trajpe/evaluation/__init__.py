@@ -1,6 +1,6 @@
 """Evaluation on the content types (docs/spec.md, section 4): per-type cross-entropy, perplexity and token
 accuracy, deltas against a baseline with bootstrap intervals, length extrapolation, and reports
-(JSON, Markdown, PNG). See ``docs/evaluation.md``.
+(JSON, Markdown, PNG). Every metric is registered in :mod:`.metrics` (``get_metric``). See ``docs/evaluation.md``.
 
 ``import hf_trajpe.evaluation`` imports torch and numpy; ``evaluate``, ``datasets``, transformers and
 matplotlib are imported when used.
@@ -10,7 +10,7 @@ from .bootstrap import bootstrap_ci, delta_pct, delta_with_intervals, percentile
 from .claims import CLAIMED_IMPROVEMENT, CLAIMED_STRENGTH, HARNESS_PROBLEM, verdict
 from .evaluate_models import EvaluationResult, content_streams, evaluate_models, load_model, paired_deltas
 from .masking import lm_inputs, mask_tokens
-from .metrics import load_metric, metric_path
+from .metrics import get_metric, load_metric, metric_path
 from .report import write_report
 from .scoring import Scores, detect_mode, mask_blocks, score_blocks
 from .verdicts import DEFAULT_MARGIN, equivalent, plain_verdict, significance
@@ -29,6 +29,7 @@ __all__ = [
     "detect_mode",
     "equivalent",
     "evaluate_models",
+    "get_metric",
     "load_metric",
     "lm_inputs",
     "load_model",

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from .bootstrap import bootstrap_ci, percentile_interval
+from .metrics import get_metric
 from .scoring import _texts_for, detect_mode
 from .seed_inference import seed_interval
 
@@ -91,12 +92,12 @@ def exact_match(model, dataset_split, tokenizer, batch_size: int = 16, n_resampl
         if progress is not None:
             progress(len(chunk))
     exact_a, correct_a, count_a = np.concatenate(exact), np.concatenate(correct), np.concatenate(count)
-    token = correct_a.sum() / count_a.sum()
-    ratio = lambda v: v[:, 0].sum() / v[:, 1].sum()  # noqa: E731  (token accuracy of resampled examples)
-    metrics = {"exact_match": float(exact_a.mean()),
-               "exact_match_ci": bootstrap_ci(exact_a.astype(np.float64), n_resamples=n_resamples, level=level,
-                                              seed=seed),
-               "token_accuracy": float(token),
+    em, tokens = get_metric("exact_match"), get_metric("answer_token_accuracy")
+    ratio = lambda v: tokens(v[:, 0], v[:, 1])  # noqa: E731  (token accuracy of resampled examples)
+    metrics = {"exact_match": em(correct_a, count_a),
+               "exact_match_ci": bootstrap_ci(em.per_example(correct_a, count_a)[0], n_resamples=n_resamples,
+                                              level=level, seed=seed),
+               "token_accuracy": float(tokens(correct_a, count_a)),
                "token_accuracy_ci": bootstrap_ci(np.stack([correct_a, count_a], 1), ratio, n_resamples, level, seed),
                "level": level, "n_resamples": n_resamples}
     return AnswerScores(exact_a.astype(bool), correct_a.astype(np.int64), count_a.astype(np.int64), metrics)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .metrics import get_metric
 from .seed_inference import seed_interval
 
 __all__ = ["bootstrap_ci", "delta_pct", "delta_with_intervals", "percentile_interval"]
@@ -50,13 +51,13 @@ def delta_pct(ppl_base, ppl_enc):
 
 def _seed_ppl(nll: np.ndarray, count: np.ndarray) -> np.ndarray:
     """Per-seed perplexity from ``[S, N]`` sums over the sequences in the last axis."""
-    return np.exp(nll.sum(-1) / count.sum(-1))
+    return get_metric("perplexity")(nll.sum(-1), count.sum(-1))
 
 
 def _resampled_ppl(nll: np.ndarray, count: np.ndarray, weights: np.ndarray,
                    seed_idx: np.ndarray | None) -> np.ndarray:
     """``[R]`` perplexities: sequence weights ``[R, N]`` (multiplicities), optional seed picks ``[R, S]``."""
-    per_seed = np.exp((weights @ nll.T) / (weights @ count.T))  # [R, S]
+    per_seed = get_metric("perplexity")(weights @ nll.T, weights @ count.T)  # [R, S]
     if seed_idx is None:
         return per_seed.mean(1)
     return np.take_along_axis(per_seed, seed_idx, axis=1).mean(1)

@@ -12,24 +12,26 @@ What a context extension is for: reading past the trained length ``T``. Two meas
   filler text, then "What is the pass key? The pass key is"; greedy decoding; right when the first five
   digits generated are the key (the prompt of the landmark-attention and YaRN papers).
 
+Both are registered metrics (``perplexity_by_window``, ``passkey_retrieval``: :mod:`hf_trajpe.evaluation.metrics`);
+this module makes their inputs (documents, losses, prompts, answers) and the intervals.
+
 Shape legend: ``n`` tokens of one document.
 """
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
+from .metrics import get_metric
+from .metrics.perplexity_by_window import WINDOW_EDGES
+
 __all__ = ["WINDOW_EDGES", "LONG_KINDS", "Window", "long_documents", "token_nll", "perplexity_by_window",
            "passkey_prompt", "passkey_retrieval", "PasskeyResult"]
 
-#: window edges in multiples of the trained length
-WINDOW_EDGES = (0.0, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0)
 #: kinds of real text with documents long enough to read past a trained length
 LONG_KINDS = ("stdlib", "license", "man")
 
@@ -122,36 +124,21 @@ class Window:
         return f"{self.low:g}-{self.high:g}x"
 
 
-def _windows(length: int, trained: int, edges: Sequence[float]) -> list[tuple[float, float, int, int]]:
-    """``(low, high, start, stop)`` of every window up to ``length`` tokens; the last one cut at ``length``."""
-    out = []
-    for low, high in zip(edges, edges[1:], strict=False):
-        start, stop = int(round(low * trained)), min(int(round(high * trained)), length)
-        if start >= length:
-            break
-        out.append((low, high if stop == int(round(high * trained)) else stop / trained, start, stop))
-    return out
-
-
 def perplexity_by_window(nlls: Sequence[torch.Tensor], trained: int, edges: Sequence[float] = WINDOW_EDGES,
                          n_resamples: int = 2000, level: float = 0.95, seed: int = 0) -> list[Window]:
     """Pool per-token losses (``token_nll`` of each document; position ``i`` is the token at ``i + 1``) in
-    windows of position; perplexity ``exp(mean loss)`` with a percentile bootstrap interval over documents."""
-    if not nlls:
-        raise ValueError("no documents to evaluate")
-    length = min(int(n.numel()) for n in nlls) + 1
+    windows of position (the metric ``perplexity_by_window``), with a percentile bootstrap interval over
+    documents."""
+    pooled = get_metric("perplexity_by_window")(nlls, trained, edges)
+    perplexity = get_metric("perplexity")
     rng = np.random.default_rng(seed)
     out = []
-    for low, high, start, stop in _windows(length, trained, edges):
-        lo, hi = max(start - 1, 0), stop - 1  # loss index of the tokens at positions start..stop-1
-        sums = np.array([float(n[lo:hi].sum()) for n in nlls])
-        counts = np.array([hi - lo] * len(nlls), dtype=float)
-        ppl = math.exp(sums.sum() / counts.sum())
+    for w in pooled:
         picks = rng.integers(0, len(nlls), size=(n_resamples, len(nlls)))
-        boot = np.exp(sums[picks].sum(axis=1) / counts[picks].sum(axis=1))
+        boot = perplexity(w.sums[picks].sum(axis=1), w.counts[picks].sum(axis=1))
         tail = (1 - level) / 2
         ci = (float(np.quantile(boot, tail)), float(np.quantile(boot, 1 - tail)))
-        out.append(Window(low, high, start, stop, ppl, ci, int(counts.sum()), len(nlls)))
+        out.append(Window(w.low, w.high, w.start, w.stop, w.ppl, ci, int(w.counts.sum()), len(nlls)))
     return out
 
 
@@ -202,6 +189,7 @@ def passkey_retrieval(model, tokenizer, lengths: Iterable[int], depths: Iterable
     for length in lengths:
         for depth in depths:
             result = PasskeyResult(length, float(depth), 0, 0, trials)
+            keys = []
             for _ in range(trials):
                 key = str(int(rng.integers(10000, 100000)))
                 ids = passkey_prompt(tokenizer, length, depth, key).to(device)[None]
@@ -209,10 +197,11 @@ def passkey_retrieval(model, tokenizer, lengths: Iterable[int], depths: Iterable
                 gen = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=8, do_sample=False,
                                      pad_token_id=pad)
                 answer = tokenizer.decode(gen[0, ids.shape[1]:], skip_special_tokens=True)
-                digits = re.sub(r"\D", "", answer)[:5]
-                result.right += int(digits == key)
+                keys.append(key)
                 result.answers.append(answer.strip())
                 if progress is not None:
                     progress(f"passkey {length} tokens, depth {depth:g}: {answer.strip()!r} (key {key})")
+            hits, _ = get_metric("passkey_retrieval").per_example(result.answers, keys)
+            result.right = int(hits.sum())
             out.append(result)
     return out

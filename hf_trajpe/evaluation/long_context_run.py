@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .long_context import LONG_KINDS, WINDOW_EDGES, long_documents, passkey_retrieval, perplexity_by_window, token_nll
+from .metrics import get_metric
 
 __all__ = ["evaluate_long_context", "write_long_context_report", "trained_length_of"]
 
@@ -113,7 +114,8 @@ def evaluate_long_context(models: dict[str, str], patches: dict[str, dict] | Non
 
 
 def _ppl(w: dict) -> str:
-    return f"{w['ppl']:.2f} [{w['ci'][0]:.2f}, {w['ci'][1]:.2f}]"
+    shown = get_metric("perplexity_by_window").format
+    return f"{shown(w['ppl'])} [{shown(w['ci'][0])}, {shown(w['ci'][1])}]"
 
 
 def write_long_context_report(result: dict, out: str | Path) -> dict[str, Path]:

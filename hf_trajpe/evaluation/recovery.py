@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from .bootstrap import percentile_interval
+from .metrics import get_metric
 
 __all__ = ["recovery_fraction"]
 
@@ -42,10 +43,11 @@ def recovery_fraction(stock: tuple, swapped: tuple, tuned: tuple, reference: tup
     nll = np.stack([np.asarray(m[0], np.float64) for m in models])  # [M, N]
     count = np.stack([np.broadcast_to(np.asarray(m[1], np.float64), nll.shape[1:]) for m in models])
     n = nll.shape[1]
-    ppl = np.exp(nll.sum(1) / count.sum(1))
+    perplexity = get_metric("perplexity")
+    ppl = perplexity(nll.sum(1), count.sum(1))
     rng = np.random.default_rng(seed)
     weights = np.stack([np.bincount(rng.integers(0, n, n), minlength=n) for _ in range(n_resamples)])  # [R, N]
-    resampled = np.exp((weights @ nll.T) / (weights @ count.T))  # [R, M]
+    resampled = perplexity(weights @ nll.T, weights @ count.T)  # [R, M]
     out = {"ppl_stock": float(ppl[0]), "ppl_swapped": float(ppl[1]), "ppl_tuned": float(ppl[2]), "n_chunks": n,
            "damage": float(ppl[1] / ppl[0] - 1), "damage_ci": percentile_interval(resampled[:, 1] / resampled[:, 0] - 1,
                                                                                  level),

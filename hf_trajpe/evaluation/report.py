@@ -17,16 +17,16 @@ import math
 from pathlib import Path
 
 from .claims import HARNESS_PROBLEM
+from .metrics import get_metric
 from .positions import positions_markdown
 
 __all__ = ["cell", "harness_banner", "legend", "mark", "markdown_report", "p_text", "plot_delta_per_type",
            "plot_ppl_vs_length", "write_report"]
 
 
-def _fmt(x, digits: int = 2) -> str:
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return "n/a"
-    return f"{x:.{digits}f}"
+def _fmt(x, metric: str = "perplexity") -> str:
+    """A result as its metric shows it (``n/a`` where there is none)."""
+    return get_metric(metric).format(x)
 
 
 def mark(d: dict) -> str:
@@ -154,7 +154,7 @@ def markdown_report(data: dict, charts: dict[str, str] | None = None) -> str:
                          + (f"[{eq[0]:+.2f}, {eq[1]:+.2f}]" if eq else "n/a")
                          + f" | {p_text(d.get('p_value'))} | {p_text(d.get('p_holm'))}"
                          + f" | {mark_}{d['verdict']}{mark_} | {_fmt(rb['perplexity'])} | {_fmt(re_['perplexity'])} | "
-                         f"{_fmt(rb['accuracy'], 3)} | {_fmt(re_['accuracy'], 3)} |")
+                         f"{_fmt(rb['accuracy'], 'token_accuracy')} | {_fmt(re_['accuracy'], 'token_accuracy')} |")
         lines.append("")
     if len(lengths) > 1:
         lines += ["## Perplexity against context length", "",

@@ -9,8 +9,8 @@ Works with any model that takes ``input_ids``/``attention_mask`` and returns ``.
 
 Inputs and labels come from :func:`~hf_trajpe.evaluation.masking.lm_inputs`, the function training uses.
 
-Token-level values then go to the local ``evaluate`` metrics (``token_cross_entropy``,
-``token_accuracy``), which give the headline numbers.
+The headline numbers are the registered metrics ``cross_entropy``, ``perplexity`` and ``token_accuracy``
+(:mod:`hf_trajpe.evaluation.metrics`), pooled over every scored token.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from .masking import MASK_RATE, lm_inputs, mask_blocks
-from .metrics import load_metric
+from .metrics import get_metric
 
 __all__ = ["MASK_RATE", "Scores", "detect_mode", "mask_blocks", "score_blocks"]
 
@@ -72,8 +72,7 @@ def score_blocks(model, blocks: torch.Tensor, mode: str | None = None, batch_siz
         raise ValueError("masked-LM scoring needs a tokenizer with a [MASK] token")
     model.eval()
     device = next(model.parameters()).device
-    ce_metric, acc_metric = load_metric("token_cross_entropy"), load_metric("token_accuracy")
-    nll_seq, count_seq, correct_seq, token_nll, token_pred, token_ref = [], [], [], [], [], []
+    nll_seq, count_seq, correct_seq, token_nll = [], [], [], []
     for start in range(0, blocks.shape[0], batch_size):
         ids = blocks[start:start + batch_size]
         inputs, labels = lm_inputs(ids, mode, tokenizer, seed=mask_seed + start)
@@ -92,13 +91,14 @@ def score_blocks(model, blocks: torch.Tensor, mode: str | None = None, batch_siz
         count_seq.append(scored.sum(1).numpy())
         correct_seq.append(torch.zeros(n, dtype=torch.long).index_add_(0, rows, hit.long()).numpy())
         token_nll.append(nll.numpy())
-        token_pred.append(picked.argmax(-1).numpy())
-        token_ref.append(gold.numpy())
         if progress is not None:
             progress(int(ids.shape[0]))
-    # the metrics see the data only once every forward pass succeeded (no half-filled metric state)
-    metrics = {**ce_metric.compute(nll=np.concatenate(token_nll)),
-               "accuracy": acc_metric.compute(predictions=np.concatenate(token_pred),
-                                              references=np.concatenate(token_ref))["accuracy"]}
-    return Scores(np.concatenate(nll_seq), np.concatenate(count_seq).astype(np.int64),
-                  np.concatenate(correct_seq).astype(np.int64), metrics)
+    count, correct = np.concatenate(count_seq).astype(np.int64), np.concatenate(correct_seq).astype(np.int64)
+    losses = np.concatenate(token_nll)
+    if losses.size == 0:
+        raise ValueError("no tokens to score: every block needs a token to predict (causal LM: two tokens or more)")
+    total, n = losses.sum(), losses.size  # the sum of the tokens' losses, not of the per-sequence sums
+    metrics = {"cross_entropy": float(get_metric("cross_entropy")(total, n)),
+               "perplexity": float(get_metric("perplexity")(total, n)), "n_tokens": int(n),
+               "accuracy": float(get_metric("token_accuracy")(correct.sum(), count.sum()))}
+    return Scores(np.concatenate(nll_seq), count, correct, metrics)

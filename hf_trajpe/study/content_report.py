@@ -15,6 +15,7 @@ import numpy as np
 
 from ..evaluation.claims import CALIBRATION, CLAIMED_IMPROVEMENT, CLAIMED_STRENGTH, CONTROL_TYPE, HARNESS_PROBLEM
 from ..evaluation.evaluate_models import EvaluationResult, judge_deltas, paired_deltas
+from ..evaluation.metrics import get_metric
 from ..evaluation.positions import positions_markdown
 from ..evaluation.report import cell as _cell
 from ..evaluation.report import legend, p_text, write_report
@@ -203,9 +204,10 @@ def _control_md(control: dict[str, dict], diagnosis: dict) -> list[str]:
              "of its probability on the alphabet is under-trained on random content):", "",
              "| model | perplexity | probability on the alphabet | perplexity within the alphabet | "
              f"perplexity after position {early.rsplit('_', 1)[1]} |", "|---|---:|---:|---:|---:|"]
+    ppl = get_metric("perplexity").format
     for n, c in control.items():
-        lines.append(f"| `{n}` | {c['perplexity']:.2f} | {c['alphabet_mass']:.3f} | "
-                     f"{c['perplexity_within_alphabet']:.2f} | {c[early]:.2f} |")
+        lines.append(f"| `{n}` | {ppl(c['perplexity'])} | {c['alphabet_mass']:.3f} | "
+                     f"{ppl(c['perplexity_within_alphabet'])} | {ppl(c[early])} |")
     return lines + ["", f"**Verdict on the control ({diagnosis['status']}):** {diagnosis['finding']}"]
 
 
@@ -296,7 +298,8 @@ def _markdown(cfg, main, effect, sweep, best, sweep_map, control, summaries, tim
     for s in summaries:
         by.setdefault(s["name"], []).append(s)
     for n, ss in by.items():
-        lines.append(f"| `{n}` | {len(ss)} | {np.mean([s['final_loss'] for s in ss]):.3f} | "
+        loss = get_metric("cross_entropy").format(np.mean([s["final_loss"] for s in ss]))
+        lines.append(f"| `{n}` | {len(ss)} | {loss} | "
                      f"{np.mean([s['tokens_per_second'] for s in ss]):,.0f} |")
     lines += ["", f"Full evaluation report against `{cfg.baseline}` (perplexity, accuracy, charts): "
               "[report.md](report.md).", ""]

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ..evaluation.answers import accuracy_intervals, paired_difference
+from ..evaluation.metrics import get_metric
 from ..evaluation.positions import positions_markdown
 from ..evaluation.report import legend, p_text
 from ..evaluation.verdicts import family_method, judge_family
@@ -28,16 +29,20 @@ from .tasks_config import TaskStudyConfig
 
 __all__ = ["METRICS", "aggregate_task", "judge_tasks", "write_task_report"]
 
+#: the registered metric behind each score of a cell (its key in a cell)
+SCORED_BY = {"exact_match": get_metric("exact_match"), "token_accuracy": get_metric("answer_token_accuracy")}
 #: the two scores of every cell: their key in a cell, their difference keys (baseline, pairs) and their label
-METRICS = {"exact_match": ("vs_baseline", "vs", "exact match"),
-           "token_accuracy": ("token_vs_baseline", "token_vs", "answer-token accuracy")}
+METRICS = {"exact_match": ("vs_baseline", "vs", SCORED_BY["exact_match"].label),
+           "token_accuracy": ("token_vs_baseline", "token_vs", SCORED_BY["token_accuracy"].label)}
 
 
 def _arrays(seeds) -> dict[str, tuple[np.ndarray, np.ndarray | None]]:
     """``{metric: ([S, N] per-example values, [N] example weights or None)}`` of one model on one split."""
-    count = seeds[0].count.astype(np.float64)
-    return {"exact_match": (np.stack([s.exact for s in seeds]).astype(np.float64), None),
-            "token_accuracy": (np.stack([s.correct / s.count for s in seeds]).astype(np.float64), count)}
+    out = {}
+    for key, metric in SCORED_BY.items():
+        per_seed = [metric.per_example(s.correct, s.count) for s in seeds]
+        out[key] = (np.stack([values for values, _ in per_seed]).astype(np.float64), per_seed[0][1])
+    return out
 
 
 def aggregate_task(cfg: TaskStudyConfig, scores: dict, task: str | None = None) -> dict:
@@ -220,8 +225,7 @@ def _task_md(cfg: TaskStudyConfig, task: str, agg: dict, result: dict, summaries
              f"{timing['new_models']} models trained in {timing['train_wall_seconds']:.0f} s wall, "
              f"scored in {timing['eval_wall_seconds']:.0f} s.", ""]
     for metric, (_, _, label) in METRICS.items():
-        what = ("every answer token right (teacher-forced arg-max)" if metric == "exact_match"
-                else "answer tokens right / answer tokens")
+        what = SCORED_BY[metric].description
         lines += [f"**{label.capitalize()} (%)**: {what}, mean over {seeds} seed(s), {cfg.data.test} examples per "
                   "split; 95% interval (t over seeds plus the spread over examples); below it, each seed's own "
                   "value (in seed order), then the percentile bootstrap over examples only and over seeds only:", ""]

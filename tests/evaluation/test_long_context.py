@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -134,3 +135,12 @@ def test_the_command_checks_its_arguments_before_loading(tmp_path, capsys):
     assert main([*base, "--kinds", "poems"]) == 2
     assert "unknown poems" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[2] / "docs" / "results").rglob(
+    "long_context.json")), ids=lambda p: p.parent.name)
+def test_the_published_long_context_reports_render_again_from_their_json(path, tmp_path):
+    from hf_trajpe.evaluation.long_context_run import write_long_context_report
+
+    written = write_long_context_report(json.loads(path.read_text()), tmp_path)["md"].read_text()
+    assert written == (path.parent / "long_context.md").read_text()

@@ -2,11 +2,14 @@
 
 Inputs: ``predictions`` (the arg-max token id at each scored position) and ``references`` (the
 gold token id). Positions whose reference equals ``ignore_index`` (default -100) are not scored.
-Output: ``accuracy`` (share of scored positions predicted exactly) and ``n_tokens``.
+Output: ``accuracy`` (share of scored positions predicted exactly: the registered metric ``token_accuracy``,
+:mod:`hf_trajpe.evaluation.metrics`) and ``n_tokens``.
 """
 import datasets
 import evaluate
 import numpy as np
+
+from hf_trajpe.evaluation.metrics import get_metric
 
 _DESCRIPTION = "Share of scored token positions whose arg-max prediction equals the gold token."
 _KWARGS_DESCRIPTION = """
@@ -17,7 +20,7 @@ Args:
 Returns:
     accuracy (float), n_tokens (int)
 Examples:
-    >>> metric = evaluate.load("hf_trajpe/evaluation/metrics/token_accuracy")
+    >>> metric = evaluate.load("hf_trajpe/evaluation/metrics/evaluate_modules/token_accuracy")
     >>> metric.compute(predictions=[1, 2, 3], references=[1, 0, -100])
     {'accuracy': 0.5, 'n_tokens': 2}
 """
@@ -42,4 +45,5 @@ class TokenAccuracy(evaluate.Metric):
         n = int(keep.sum())
         if n == 0:
             raise ValueError("token_accuracy: no scored positions")
-        return {"accuracy": float((pred[keep] == ref[keep]).mean()), "n_tokens": n}
+        correct = int((pred[keep] == ref[keep]).sum())
+        return {"accuracy": float(get_metric("token_accuracy")(correct, n)), "n_tokens": n}
