@@ -11,6 +11,7 @@ Shape legend: ``b`` batch, ``n`` new tokens, ``t`` all key positions (cache + ne
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from dataclasses import dataclass
 
@@ -73,12 +74,35 @@ class Step:
         self.cache = cache
         #: id -> the key tensors that cache returned in this forward (rotated already)
         self.prepared_keys: dict[int, torch.Tensor] = {}
+        #: the layers of this forward are checkpointed (checkpointing.py): a layer runs again in the backward
+        self.checkpointed = False
+
+    def sharing(self) -> contextlib.AbstractContextManager:
+        """Where a tensor for all layers is built (``memo``): under activation checkpointing, the tensors its
+        autograd graph saves are kept as without checkpointing, not as part of the checkpoint of the layer
+        that happens to build it, whose replay finds it built (checkpointing.py)."""
+        if not self.checkpointed:
+            return contextlib.nullcontext()
+        return torch.autograd.graph.saved_tensors_hooks(_kept, _kept)
 
     def end(self) -> None:
         """The forward is over: its cache no longer rotates keys for it (a later forward of the stock model, or
         of another patch, may use that cache) and the cache's key tensors are not kept alive here."""
         self.cache = None
         self.prepared_keys.clear()
+
+    def finished(self) -> Step:
+        """What the state keeps of this step once the forward is over: its positions without their autograd
+        graph and none of its shared tensors. A graph kept on the model between forwards would keep its memory
+        alive until the next forward and make ``copy.deepcopy(model)`` fail (only leaf tensors copy); the
+        backward of this forward does not need the state for it (checkpointed layers hold their step)."""
+        done = Step(self.positions.detach(), None if self.key_positions is None else self.key_positions.detach(),
+                    None if self.past_real is None else self.past_real.detach())
+        return done
+
+
+def _kept(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor
 
 
 def check_position_ids(position_ids: torch.Tensor, mask, memory: DecodingMemory | None, b: int, n: int,
