@@ -20,6 +20,7 @@ transformers and the ``hf-trajpe`` command line starts quickly.
 
 from __future__ import annotations
 
+import os as _os
 from importlib import import_module as _import_module
 
 __version__ = "0.1.0"
@@ -89,9 +90,23 @@ _SOURCES: dict[str, str] = {
     for name in names
 }
 
-#: subpackages reachable as attributes (``hf_trajpe.encodings``) without importing them first
-_SUBMODULES = frozenset({"benchmarks", "cache", "checks", "cli", "commands", "content", "data", "encodings",
-                         "evaluation", "integrations", "monitoring", "patching", "strength", "study", "training"})
+
+
+def _submodules() -> frozenset[str]:
+    """The submodules and subpackages reachable as attributes (``hf_trajpe.encodings``, ``hf_trajpe.loading``)
+    without importing them first: every one in the package's folder, so none is left out when one is added
+    (read on the first lookup of one; ``pkgutil`` would cost ``import hf_trajpe`` several milliseconds)."""
+    global _SUBMODULE_NAMES
+    if _SUBMODULE_NAMES is None:
+        folder = __path__[0]
+        _SUBMODULE_NAMES = frozenset(
+            entry.name.removesuffix(".py") for entry in _os.scandir(folder)
+            if not entry.name.startswith(("_", "."))
+            and (entry.name.endswith(".py") or _os.path.isfile(_os.path.join(entry.path, "__init__.py"))))
+    return _SUBMODULE_NAMES
+
+
+_SUBMODULE_NAMES: frozenset[str] | None = None
 
 
 def __getattr__(name: str):
@@ -102,7 +117,7 @@ def __getattr__(name: str):
         except AttributeError:
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}: "
                                  f"{_SOURCES[name]} does not define it") from None
-    elif name in _SUBMODULES:
+    elif name in _submodules():
         value = _import_module(f"{__name__}.{name}")
     else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -111,4 +126,4 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__) | _SUBMODULES)
+    return sorted(set(globals()) | set(__all__) | _submodules())

@@ -68,7 +68,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run ``hf-trajpe`` with ``argv`` (default: ``sys.argv[1:]``); returns the exit status.
 
     0 after ``--help``; 2 for a wrong argument (reported by argparse with the command's usage) or a
-    ``ValueError``/``FileNotFoundError`` raised by the command.
+    ``ValueError``, ``OSError`` (a file or folder that is missing or unreadable, such as a model folder without
+    weights) or missing package raised by the command: one line, no traceback.
     """
     parser = build_parser()
     try:
@@ -83,9 +84,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args._parser.error(str(err))
     except SystemExit as done:  # argparse exits after --help and on errors; callers get the status
         return done.code if isinstance(done.code, int) else 0 if done.code is None else 2
+    from .loading import MissingPackageError  # standard library only
+
     try:
         return int(args._run(args) or 0)
-    except (ValueError, FileNotFoundError) as err:
+    except (ValueError, OSError, MissingPackageError) as err:  # (OSError: a file or folder, which it names)
         print(f"hf-trajpe {args.command}: error: {err}", file=sys.stderr)
         return 2
 

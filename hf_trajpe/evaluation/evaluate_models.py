@@ -89,10 +89,11 @@ def load_model(spec):
         return spec
     import transformers
 
-    from ..loading import is_gguf, resolve_source
+    from ..loading import is_gguf, require_model_config, resolve_source
     from ..loading import load_model as load_source
 
     path = resolve_source(spec)
+    require_model_config(path)
     if is_gguf(path):
         return load_source(path, transformers.AutoModelForCausalLM)
     if (path / "hf_trajpe_config.json").exists():

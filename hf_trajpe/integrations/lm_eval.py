@@ -96,10 +96,11 @@ def evaluate(model, tokenizer, tasks: Sequence[str], data_dir: str | os.PathLike
     unknown = [t for t in tasks if t not in task_names()]
     if unknown:
         raise ValueError(f"unknown local task(s) {unknown}; choose from {', '.join(task_names())}")
+    manager = task_manager(data_dir)
+    expanded = expand_tasks(tasks, data_dir)  # (refuses tasks the folder holds no data for, naming what it holds)
     lm = lm if lm is not None else harness_lm(model, tokenizer, batch_size=batch_size, max_length=max_length,
                                               add_bos_token=add_bos_token)
-    manager = task_manager(data_dir)
-    return simple_evaluate(model=lm, tasks=expand_tasks(tasks, data_dir), task_manager=manager, limit=limit,
+    return simple_evaluate(model=lm, tasks=expanded, task_manager=manager, limit=limit,
                            log_samples=log_samples, bootstrap_iters=0)
 
 

@@ -53,11 +53,24 @@ def perplexity_task(content_type: str) -> str:
 
 def expand_tasks(tasks: Sequence[str], data_dir: str | os.PathLike) -> list[str]:
     """``tasks`` with the tags replaced by the tasks whose data ``data_dir`` holds (its manifest), so a
-    folder written for a few content types or tasks runs with the tags; other names are kept."""
+    folder written for a few content types or tasks runs with the tags; other names are kept. A tag with none
+    of its tasks there, or a task whose data the folder lacks, is a ``ValueError`` that says what the folder
+    holds (the harness would only say that it found no tasks)."""
     manifest = json.loads((Path(data_dir) / "manifest.json").read_text())
     by_tag = {PPL_TAG: [perplexity_task(t) for t in manifest["content_types"]],
               ANSWERS_TAG: [n for t in manifest["tasks"] if t != "passkey" for n in ANSWER_TASKS[t].values()],
               PASSKEY_TAG: list(ANSWER_TASKS["passkey"].values()) if "passkey" in manifest["tasks"] else []}
+    held = {task for names in by_tag.values() for task in names}
+    data_backed = {n for names in ANSWER_TASKS.values() for n in names.values()}
+    missing = [name for name in tasks if (name in by_tag and not by_tag[name])
+               or (name not in by_tag and (name.startswith(f"{PPL_TAG}_") or name in data_backed)
+                   and name not in held)]
+    if missing:
+        raise ValueError(
+            f"the task data in {os.fspath(data_dir)} holds nothing for {', '.join(missing)}: it was written for "
+            f"content types {', '.join(manifest['content_types']) or '(none)'} and tasks "
+            f"{', '.join(manifest['tasks']) or '(none)'} (its manifest.json); write the data these tasks need with "
+            "write_task_data(DIR, content_types=..., tasks=...), or ask for tasks it holds")
     out: list[str] = []
     for name in tasks:
         for task in by_tag.get(name, [name]):

@@ -16,6 +16,7 @@ from torch import nn
 
 from ..compat import check_transformers_version
 from .attention import INDEX_ATTR, bind_attention_modules, cache_layers, register_attention
+from .checkpointing import CheckpointSwitch
 from .config import PatchConfig
 from .families import adapter_for
 from .handle import HANDLE_ATTR, Installation, LayerMapHandle, PatchHandle, get_handle, target_model
@@ -150,10 +151,12 @@ def _install(installation: Installation) -> None:
             model.set_attn_implementation(ATTENTION_NAMES[lead.attn_stock])
             undo.append(lambda: model.set_attn_implementation(lead.attn_stock))
         runner = get_path(base, family.runner_path)[2] if family.runner_path else base
+        switch = CheckpointSwitch(runner, states)
         pre = runner.register_forward_pre_hook(
-            make_pre_hook(states, runner, model.config, model.get_input_embeddings(), rank_position_ids=layered),
+            make_pre_hook(states, runner, model.config, model.get_input_embeddings(), switch,
+                          rank_position_ids=layered),
             with_kwargs=True)
-        post = runner.register_forward_hook(make_post_hook(states), with_kwargs=True, always_call=True)
+        post = runner.register_forward_hook(make_post_hook(states, switch), with_kwargs=True, always_call=True)
         undo.append(pre.remove)
         undo.append(post.remove)
         if not layered:

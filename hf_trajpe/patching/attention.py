@@ -43,7 +43,8 @@ def key_bias_attention(st: PatchState, stock: Callable, module, query: torch.Ten
     memo = st.step.memo
     memo_key = ("key_bias", query.shape[1])
     if memo_key not in memo:
-        memo[memo_key] = key_bias(query.shape[1], st.step.key_positions)
+        with st.step.sharing():
+            memo[memo_key] = key_bias(query.shape[1], st.step.key_positions)
     factors = memo[memo_key]
     if factors is None:
         return None

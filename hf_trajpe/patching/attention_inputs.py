@@ -39,8 +39,9 @@ def attention_inputs(st: PatchState, query: torch.Tensor, key: torch.Tensor):
     if scheme.contributes == "bias":
         memo_key = ("bias", query.shape[1], query.dtype, kv)
         if memo_key not in step.memo:
-            step.memo[memo_key] = scheme.attention_bias(query.shape[1], step.positions, step.key_positions[:, -kv:],
-                                                        query.dtype)
+            with step.sharing():
+                step.memo[memo_key] = scheme.attention_bias(query.shape[1], step.positions,
+                                                            step.key_positions[:, -kv:], query.dtype)
         bias = step.memo[memo_key]
     return query, key, bias
 
@@ -59,7 +60,8 @@ def merged_bias_mask(st: PatchState, query: torch.Tensor, key: torch.Tensor, att
     hit = memo.get(memo_key)
     if hit is None or hit[0] is not attention_mask:  # the id of a freed mask can be reused
         _, _, bias = attention_inputs(st, query, key)
-        hit = (attention_mask, create_position_bias_mask(bias, attention_mask, is_causal, query, key))
+        with st.step.sharing():
+            hit = (attention_mask, create_position_bias_mask(bias, attention_mask, is_causal, query, key))
         memo[memo_key] = hit
         memo.pop(("bias", query.shape[1], query.dtype, key.shape[2]), None)
     return hit[1]

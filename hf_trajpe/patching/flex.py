@@ -153,12 +153,14 @@ def _positional_score_mod(st: PatchState, query: torch.Tensor, key: torch.Tensor
         return hit
     factory = next((f for cls, f in _SCORE_MODS.items() if isinstance(scheme, cls)), None)
     if factory is not None:
-        q_pos = _pad(st.step.positions.float(), 1, q_pad)
-        k_pos = _pad(st.step.key_positions[:, -kv:].float(), 1, kv_pad)
-        score_mod = factory(scheme, heads, q_pos, k_pos)
+        with st.step.sharing():
+            q_pos = _pad(st.step.positions.float(), 1, q_pad)
+            k_pos = _pad(st.step.key_positions[:, -kv:].float(), 1, kv_pad)
+            score_mod = factory(scheme, heads, q_pos, k_pos)
     else:  # a bias scheme without a positional form: its dense bias, read per score
         _, _, bias = attention_inputs(st, query, key)
-        bias = _pad(_pad(bias, 2, q_pad), 3, kv_pad)
+        with st.step.sharing():
+            bias = _pad(_pad(bias, 2, q_pad), 3, kv_pad)
 
         def score_mod(score, b, h, q, kv_idx):
             return score + bias[b, h, q, kv_idx].to(score.dtype)

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from ..compat import cache_from_kwargs, output_cache
+from .checkpointing import CheckpointSwitch
 from .sources import real_ranks
 from .state import MEMORY_ATTR, DecodingMemory, PatchState
 
@@ -35,13 +36,14 @@ def positional_parameter_names(module: nn.Module) -> list[str]:
 
 
 def make_pre_hook(states: list[PatchState], runner: nn.Module, model_config, embed: nn.Module,
-                  rank_position_ids: bool = False) -> Callable:
+                  switch: CheckpointSwitch, rank_position_ids: bool = False) -> Callable:
     """``states``: the patches of the model (one, or one per layer selection); ``runner``: the module whose
     forward receives ``input_ids`` and the mask (the base model, or its decoder where the LM head calls that
     directly); ``embed``: the token embedding module. ``rank_position_ids``: hand the model the ranks of the
     real tokens as ``position_ids`` where the caller gave none, so the layers a layer selection leaves alone
     run the model's own rotary module at the positions every patched layer uses (a left-padded row then
-    equals the row alone there too)."""
+    equals the row alone there too). ``switch``: the model's checkpointed layers, switched for each forward
+    (checkpointing.py)."""
     names = positional_parameter_names(runner)
     accepts_token_types = "token_type_ids" in names
     lead = states[0]  # a patch of every layer is alone; it decides what enters the embeddings
@@ -78,6 +80,7 @@ def make_pre_hook(states: list[PatchState], runner: nn.Module, model_config, emb
             for st, texts in zip(states, given, strict=True):
                 if texts is not None and st.call_texts is texts:
                     st.call_texts = None
+        switch.begin()
         if add_to_embeddings:
             inputs_embeds = inputs_embeds + lead.additive(inputs_embeds)
         kw["inputs_embeds"] = inputs_embeds
@@ -94,8 +97,9 @@ def make_pre_hook(states: list[PatchState], runner: nn.Module, model_config, emb
     return pre_hook
 
 
-def make_post_hook(states: list[PatchState]) -> Callable:
-    """Register with ``always_call=True``: it also ends a forward that raised (``output`` is then ``None``)."""
+def make_post_hook(states: list[PatchState], switch: CheckpointSwitch) -> Callable:
+    """Register with ``always_call=True``: it also ends a forward that raised (``output`` is then ``None``).
+    ``switch``: the pre-hook's, whose checkpoint functions it restores."""
 
     def post_hook(module, args, kwargs, output):
         try:
@@ -109,9 +113,12 @@ def make_post_hook(states: list[PatchState]) -> Callable:
                 if stored and "reorder_cache" not in cache.__dict__ and hasattr(type(cache), "reorder_cache"):
                     cache.reorder_cache = _reordering(cache)
         finally:
+            switch.end()
             for st in states:
                 if st.step is not None:
                     st.step.end()
+                    st.step = st.step.finished()
+                st.pending = None  # (on the cache now, or not asked for)
                 st.guard.leave()
         return None
 

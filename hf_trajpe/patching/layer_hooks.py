@@ -51,7 +51,8 @@ def layer_cos_sin(state: PatchState, given: tuple[torch.Tensor, torch.Tensor], r
     if hit is None:
         if state.plan.hook == "rotary":
             inv_freq, scaling = rotary_frequencies(rotary, layer_type)
-            hit = state.scheme.rotary_cos_sin(step.positions.to(cos.device), inv_freq, scaling, cos.dtype)
+            with step.sharing():
+                hit = state.scheme.rotary_cos_sin(step.positions.to(cos.device), inv_freq, scaling, cos.dtype)
         else:
             hit = (torch.ones_like(cos), torch.zeros_like(sin))
         step.memo[key] = hit

@@ -48,7 +48,8 @@ def query_tables(st, head_dim: int, dtype: torch.dtype, device) -> tuple:
     forward's new tokens (memoised per forward)."""
     memo, key = st.step.memo, ("rope_q", head_dim, dtype)
     if key not in memo:
-        memo[key] = _tables(st, st.step.positions, head_dim, dtype, device)
+        with st.step.sharing():
+            memo[key] = _tables(st, st.step.positions, head_dim, dtype, device)
     return memo[key]
 
 
@@ -59,7 +60,8 @@ def key_tables(st, kv: int, head_dim: int, dtype: torch.dtype, device) -> tuple:
         return query_tables(st, head_dim, dtype, device)
     memo, key = st.step.memo, ("rope_k", head_dim, dtype, kv)
     if key not in memo:
-        memo[key] = _tables(st, st.step.key_positions[:, -kv:], head_dim, dtype, device)
+        with st.step.sharing():
+            memo[key] = _tables(st, st.step.key_positions[:, -kv:], head_dim, dtype, device)
     return memo[key]
 
 

@@ -11,6 +11,7 @@ Shape legend: ``b`` batch, ``n`` new tokens, ``t`` all key positions (cache + ne
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from dataclasses import dataclass
 
@@ -73,12 +74,35 @@ class Step:
         self.cache = cache
         #: id -> the key tensors that cache returned in this forward (rotated already)
         self.prepared_keys: dict[int, torch.Tensor] = {}
+        #: the layers of this forward are checkpointed (checkpointing.py): a layer runs again in the backward
+        self.checkpointed = False
+
+    def sharing(self) -> contextlib.AbstractContextManager:
+        """Where a tensor for all layers is built (``memo``): under activation checkpointing, the tensors its
+        autograd graph saves are kept as without checkpointing, not as part of the checkpoint of the layer
+        that happens to build it, whose replay finds it built (checkpointing.py)."""
+        if not self.checkpointed:
+            return contextlib.nullcontext()
+        return torch.autograd.graph.saved_tensors_hooks(_kept, _kept)
 
     def end(self) -> None:
         """The forward is over: its cache no longer rotates keys for it (a later forward of the stock model, or
         of another patch, may use that cache) and the cache's key tensors are not kept alive here."""
         self.cache = None
         self.prepared_keys.clear()
+
+    def finished(self) -> Step:
+        """What the state keeps of this step once the forward is over: its positions without their autograd
+        graph and none of its shared tensors. A graph kept on the model between forwards would keep its memory
+        alive until the next forward and make ``copy.deepcopy(model)`` fail (only leaf tensors copy); the
+        backward of this forward does not need the state for it (checkpointed layers hold their step)."""
+        done = Step(self.positions.detach(), None if self.key_positions is None else self.key_positions.detach(),
+                    None if self.past_real is None else self.past_real.detach())
+        return done
+
+
+def _kept(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor
 
 
 def check_position_ids(position_ids: torch.Tensor, mask, memory: DecodingMemory | None, b: int, n: int,
@@ -131,6 +155,8 @@ class PatchState(nn.Module):
         self.guard = ForwardGuard()
         #: real tokens whose trajectory position was clamped at the position limit, since patching
         self.clamped_tokens = 0
+        #: the batch-length dependence of dynamic NTK and LongRoPE was said (``_note_batch_scaling``)
+        self.batch_scaling_noted = False
         #: attribute of the KV cache object holding this state's :class:`DecodingMemory` (one per patch of a model)
         self.memory_key = MEMORY_ATTR
         #: ``layer_idx`` of the self-attention modules our attention functions serve, when the KV cache
@@ -245,6 +271,8 @@ class PatchState(nn.Module):
             mask = attention_mask[:, -n:].to(device)
         if position_ids is not None:
             check_position_ids(position_ids, mask, memory, b, n, device)
+        if mask is not None and b > 1 and not self.batch_scaling_noted:
+            self._note_batch_scaling(mask, past_len + n)
         positions, num_real, past = self.source(self, embeddings, input_ids, mask, memory, use_cache,
                                                 embedding_weight)
         key_positions = None
@@ -257,6 +285,24 @@ class PatchState(nn.Module):
         self.step = Step(positions, key_positions, memory.num_real if memory is not None else None,
                          past_key_values if prepare else None)
         self.pending = DecodingMemory(num_real, key_positions, past, bool(prepare)) if use_cache else None
+
+    def _note_batch_scaling(self, mask: torch.Tensor, length: int) -> None:
+        """Dynamic NTK and LongRoPE pick their frequencies from the length of the whole batch: in a padded batch
+        past the trained length, a short row gets the long row's frequencies and differs from the same row
+        alone (about 6e-4 dynamic, 4e-3 LongRoPE in the logits), as in transformers' own models. Said once."""
+        scaling = self.plan.rope_scaling
+        if scaling is None or not scaling.dynamic:
+            return
+        trained = scaling.parameters.get("original_max_position_embeddings") or scaling.max_position_embeddings
+        if length <= trained or bool(mask.bool().all()):  # (one host sync, until said)
+            return
+        self.batch_scaling_noted = True
+        warnings.warn(
+            f"hf_trajpe: {self.describe()}: rope_type {scaling.parameters['rope_type']!r} sets its frequencies "
+            "from the length of the whole batch, so past the trained length a padded row gets the longest row's "
+            "frequencies and differs slightly from the same row run alone (as in transformers' own models; "
+            "docs/guarantees.md). Run rows one at a time, or batch rows of one length, where that matters. "
+            "Shown once.", UserWarning, stacklevel=4)
 
     # -- what the replacement modules read -----------------------------------------------------------
     def additive(self, like: torch.Tensor, table: torch.Tensor | None = None) -> torch.Tensor:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from .lock import locking_output_dir
 from .records import append_session, check_output_dir, cpus, package_versions
 from .registry import suite_of
 from .runs import Run, check_run_folder
@@ -80,6 +81,7 @@ def train_all(cfg, runs: list[Run], rows_path: Path, log, experiment: Callable[[
     return summaries
 
 
+@locking_output_dir  # one study at a time in an output_dir (lock.py)
 def run_study(cfg, command: str | None = None, progress: bool = True, log=None,
               summary: bool = True) -> dict[str, Path]:
     """Train every run of ``cfg`` (reusing finished ones), evaluate, write the reports; returns their paths.

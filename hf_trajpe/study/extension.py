@@ -119,12 +119,9 @@ class ExtensionSuite:
         if cfg.finetune is not None:
             parts.append(Part(FINETUNE, {"part": FINETUNE}, "finetune: "))
         if cfg.real is not None:
-            from ..loading import resolve_source
-
-            try:
-                resolve_source(cfg.real.model)
-            except (FileNotFoundError, ImportError, ValueError) as err:
-                log(f"skipping the real model: {str(err).splitlines()[0]}")
+            problem = cfg.real_model_problem()
+            if problem is not None:
+                log(f"skipping the real model (the report says so): {problem}")
             else:
                 parts.append(Part(REAL, {"part": REAL}, "real: "))
         return parts

@@ -148,6 +148,19 @@ class ExtensionStudyConfig:
     def real_methods(self) -> list[str]:
         return list(self.real.methods or self.methods) if self.real is not None else []
 
+    def real_model_problem(self) -> str | None:
+        """Why ``real.model`` cannot be read here (not installed, no such file), or ``None``: the study then
+        skips the real model, and its report says so and why."""
+        if self.real is None:
+            return None
+        from ..loading import resolve_source  # standard library only
+
+        try:
+            resolve_source(self.real.model)
+        except (FileNotFoundError, ImportError, ValueError) as err:
+            return str(err).splitlines()[0]
+        return None
+
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 

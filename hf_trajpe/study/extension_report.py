@@ -188,6 +188,11 @@ def write_extension_report(cfg, results: dict, summaries: list[dict], timing: di
                f"documents: {', '.join(f'{k}: {len(v)}' for k, v in real['documents'].items())}; 95% bootstrap "
                "interval over documents. Per kind: [real/long_context.md](real/long_context.md).\n",
                *_real_lines(real), ""]
+    elif cfg.real is not None:
+        md += [f"## Real model: not read ({cfg.real.model})\n",
+               f"The study skipped the real model: {cfg.real_model_problem() or 'it could not be read'}. Make "
+               "`real.model` available (or remove the `real` section) and run the study again: the trained "
+               "models are reused.\n"]
     md += [DETAILS, ""]
     for part in ("pretrain", "finetune"):
         if part not in results:

@@ -43,6 +43,12 @@ def _suite_name(data: dict) -> str:
 def load_study_config(path: str | Path, quick: bool = False, overrides: list[str] | None = None):
     """Read a study YAML into its suite's config, checked; ``quick`` applies its ``quick:`` overrides,
     then ``overrides``."""
+    if quick:  # the file's values first: its quick profile would otherwise replace a bad one unchecked
+        data = read_study_data(path, False, overrides)
+        try:
+            from_dict(get_suite(_suite_name(data)).config, data).validate()
+        except ConfigError as err:
+            raise ConfigError(f"{path}: {err} (checked before --quick replaces it)") from None
     data = read_study_data(path, quick, overrides)
     try:
         return from_dict(get_suite(_suite_name(data)).config, data).validate()

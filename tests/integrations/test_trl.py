@@ -77,3 +77,21 @@ def test_sft_with_a_lora_adapter_saves_the_adapter_and_a_merged_patched_model(tm
     assert hf_trajpe.get_handle(reloaded).config.encoding == "alibi"
     torch.testing.assert_close(_logits(reloaded), adapted, rtol=1e-4, atol=1e-4)
     assert not torch.allclose(_logits(reloaded), _logits(tiny_model("alibi")[0]), atol=1e-4), "the adapter trained"
+
+
+def test_sft_trains_a_layer_map_with_gradient_checkpointing(tmp_path):
+    """SFTConfig checkpoints activations by default (non-reentrant): a layer map with trajectory positions, whose
+    layers replay their forward in the backward, trains as without checkpointing."""
+    import torch
+
+    import hf_trajpe
+
+    layer_map = {"0": {"encoding": "trajectory", "base": "rope", "strength": 0.2}, "1": "alibi"}
+    model, tok = tiny_model(layer_map)
+    trainer, losses = _sft(model, tok, tmp_path / "run", steps=2)
+    assert trainer.args.gradient_checkpointing, "TRL's default is still to checkpoint"
+    assert len(losses) == 2 and all(torch.isfinite(torch.tensor(losses)))
+    handle = hf_trajpe.get_handle(trainer.model)
+    assert [c.encoding for c in handle.configs] == ["trajectory", "alibi"]
+    plain, _ = tiny_model(layer_map)
+    assert not torch.allclose(_logits(trainer.model.eval()), _logits(plain.eval())), "SFT changed the weights"

@@ -98,7 +98,8 @@ def _sincos(state, table: torch.Tensor) -> torch.Tensor:
     if hit is None:
         positions = step.positions.to(table.device)
         if state.scheme.contributes == "rotary":
-            hit = interleaved_sincos(positions, table, state.plan.interpolation or "exact")
+            with step.sharing():
+                hit = interleaved_sincos(positions, table, state.plan.interpolation or "exact")
         else:  # no rotation: GPT-J's own is switched off
             half = (*positions.shape, table.shape[-1] // 2)
             hit = torch.cat((table.new_zeros(half, dtype=torch.float32), table.new_ones(half, dtype=torch.float32)),
