@@ -13,8 +13,8 @@ from types import MappingProxyType
 
 from .layers import normalize_selection
 from .schemes import encoding_names, trajectory_base_names
-from .schemes.encodings import base_of, check_options, declarers_for, own_options, takers
-from .schemes.option import OPTIONS, TOP_LEVEL_KEYS
+from .schemes.encodings import base_of, check_options, declared_options, declarers_for, own_options, takers
+from .schemes.option import TOP_LEVEL_KEYS
 
 __all__ = ["ENCODINGS", "TRAJECTORY_BASES", "CONFIG_NAME", "PatchConfig", "read_config_file"]
 
@@ -80,7 +80,7 @@ class PatchConfig:
                     raise TypeError(f"option {key!r} given twice (as a keyword and in scheme_options)")
             options = {**options, **scheme_options}
         self.encoding = encoding
-        unknown = sorted(k for k in options if k not in OPTIONS)
+        unknown = sorted(k for k in options if k not in declared_options())
         if unknown:
             raise TypeError(self._unknown(unknown, encoding, options))
         self._options = check_options(encoding, options)
@@ -101,7 +101,7 @@ class PatchConfig:
         own = own_options(encoding, base)
         declarers, _ = declarers_for(encoding, base)
         others: dict[str, list[str]] = {}
-        for name in OPTIONS:
+        for name in declared_options():
             if name not in own:
                 others.setdefault(takers(name), []).append(name)
         mine = "".join(f"; options of {d.name}: {', '.join(o.name for o in d.options)}" for d in declarers
@@ -118,12 +118,14 @@ class PatchConfig:
     @property
     def scheme_options(self) -> dict:
         """The options the saved file keeps in its ``scheme_options`` object (``npos_max`` of ``cope``)."""
-        return {k: v for k, v in self._options.items() if OPTIONS[k].saved == "scheme_options"}
+        declared = declared_options()
+        return {k: v for k, v in self._options.items() if declared[k].saved == "scheme_options"}
 
     def __getattr__(self, name: str):
         # a declared option: its value, or its default where this encoding does not take it
-        if not name.startswith("_") and name in OPTIONS:
-            return self.__dict__.get("_options", {}).get(name, OPTIONS[name].default)
+        declared = declared_options() if not name.startswith("_") else {}
+        if name in declared:
+            return self.__dict__.get("_options", {}).get(name, declared[name].default)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def model_options(self) -> tuple[str, ...]:
@@ -159,7 +161,7 @@ class PatchConfig:
     @classmethod
     def option_names(cls) -> tuple[str, ...]:
         """Every option ``hf_trajpe.patch`` knows: the shared ones and those some encoding declares."""
-        return (*cls.SHARED, *OPTIONS)
+        return (*cls.SHARED, *declared_options())
 
     @classmethod
     def from_options(cls, encoding: str, **options) -> PatchConfig:
@@ -173,6 +175,7 @@ class PatchConfig:
         """The saved form: the top-level keys of :data:`TOP_LEVEL_KEYS` (the options saved there at their
         defaults where this encoding does not take them, as files have always had them; ``rope_parameters``,
         ``rotary_fraction`` and ``layers`` only when given), ``scheme_options`` when the encoding has some."""
+        declared = declared_options()
         data: dict = {}
         needed = FORMAT_VERSION
         for key in TOP_LEVEL_KEYS:
@@ -189,13 +192,13 @@ class PatchConfig:
             elif key == "version":
                 data[key] = self.version
             else:
-                option = OPTIONS[key]
+                option = declared[key]
                 value = self._options.get(key, option.default)
                 if option.saved == "top" or (option.saved == "top_if_set" and value is not None):
                     data[key] = value
         for key, value in self._options.items():
-            if OPTIONS[key].saved != "no" and OPTIONS[key].is_set(value):
-                needed = max(needed, OPTIONS[key].format_version)
+            if declared[key].saved != "no" and declared[key].is_set(value):
+                needed = max(needed, declared[key].format_version)
         if self.layers is not None:
             needed = max(needed, LAYERED_FORMAT_VERSION)
         if needed > FORMAT_VERSION:
@@ -207,7 +210,8 @@ class PatchConfig:
         """The config of a saved file (any version this hf_trajpe reads). A top-level option at its default is
         a key that every file carries, taken or not; unknown keys are dropped with a warning."""
         data = {k: v for k, v in data.items() if k not in FILE_KEYS}
-        top = {k for k in TOP_LEVEL_KEYS if k in OPTIONS and OPTIONS[k].saved.startswith("top")}
+        declared = declared_options()
+        top = {k for k in TOP_LEVEL_KEYS if k in declared and declared[k].saved.startswith("top")}
         known = {"encoding", "version", "scheme_options", *cls.SHARED, *top}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -218,7 +222,7 @@ class PatchConfig:
             )
         if "encoding" not in data:
             raise TypeError("a saved patch names its encoding; this one has no 'encoding' key")
-        kept = {k: v for k, v in data.items() if k in known and not (k in top and not OPTIONS[k].is_set(v))}
+        kept = {k: v for k, v in data.items() if k in known and not (k in top and not declared[k].is_set(v))}
         return cls(**kept)
 
     def save(self, directory: str | os.PathLike, save_id: str | None = None) -> str:

@@ -74,7 +74,7 @@ def test_options_of_the_models_own_scheme_are_checked_against_the_model():
 def test_each_option_is_declared_by_the_encodings_that_take_it():
     """Where an option lives: trajectory's in trajectory, the base's in the base; ``config.<option>`` reads the
     options mapping (an option the encoding does not take reads as its default)."""
-    from hf_trajpe.patching.schemes import OPTIONS, SCHEMES, SOURCES
+    from hf_trajpe.patching.schemes import SCHEMES, SOURCES, declared_options
 
     assert {o.name for o in SOURCES["trajectory"].options} == {
         "base", "strength", "learnable_strength", "beta", "interpolation", "detach", "cache", "cache_size", "extend"}
@@ -83,7 +83,7 @@ def test_each_option_is_declared_by_the_encodings_that_take_it():
     config = PatchConfig("trajectory", base="sinusoidal", strength=0.3, sinusoid_scale=2)
     assert dict(config.options) == {**{o.name: o.default for o in SOURCES["trajectory"].options}, "base": "sinusoidal",
                                     "strength": 0.3, "sinusoid_scale": 2.0}
-    assert config.strength == 0.3 and PatchConfig("rope").strength == OPTIONS["strength"].default
+    assert config.strength == 0.3 and PatchConfig("rope").strength == declared_options()["strength"].default
     with pytest.raises(AttributeError):
         config.no_such_option  # noqa: B018
     assert config.replace(strength=0.5).strength == 0.5 and config.strength == 0.3

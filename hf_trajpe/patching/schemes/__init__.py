@@ -6,11 +6,11 @@ Import order is registration order, which is the order error messages and ``SUPP
 """
 
 from . import sinusoidal, rope, alibi, nope, learned, cope, trajectory  # noqa: F401, I001  (registers them, in this order)
-from .encodings import NATIVE, encoding_names, trajectory_base_names
-from .option import OPTIONS, Option
+from .encodings import NATIVE, declared_options, encoding_names, trajectory_base_names
+from .option import Option
 from .scheme import CONTRIBUTIONS, SCHEMES, Scheme, check_interpolation, get_scheme, register_scheme
 from .source import SOURCES, PositionSource, register_source
 
-__all__ = ["CONTRIBUTIONS", "NATIVE", "OPTIONS", "SCHEMES", "SOURCES", "Option", "PositionSource", "Scheme",
-           "check_interpolation", "encoding_names", "get_scheme", "register_scheme", "register_source",
+__all__ = ["CONTRIBUTIONS", "NATIVE", "SCHEMES", "SOURCES", "Option", "PositionSource", "Scheme",
+           "check_interpolation", "declared_options", "encoding_names", "get_scheme", "register_scheme", "register_source",
            "trajectory_base_names"]

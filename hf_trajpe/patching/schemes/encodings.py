@@ -10,12 +10,12 @@ encodings that take it.
 
 from __future__ import annotations
 
-from .option import DECLARERS, OPTIONS
+from .option import Option
 from .scheme import SCHEMES, Scheme
 from .source import SOURCES
 
 __all__ = ["NATIVE", "encoding_names", "trajectory_base_names", "declarers_for", "check_options", "own_options",
-           "takers", "describe", "refusal", "refuse_undeclared"]
+           "takers", "describe", "refusal", "refuse_undeclared", "options_table", "declared_options", "declarers"]
 
 #: the encoding that keeps the model's own scheme
 NATIVE = "native"
@@ -29,6 +29,20 @@ def encoding_names() -> tuple[str, ...]:
 def trajectory_base_names() -> tuple[str, ...]:
     """Schemes that read fractional positions, hence can carry trajectory positions."""
     return tuple(n for n, c in SCHEMES.items() if c.fractional)
+
+
+def declared_options() -> dict[str, Option]:
+    """Option name -> its declaration, over the registered schemes and position sources (registration order)."""
+    out: dict[str, Option] = {}
+    for owner in (*SCHEMES.values(), *SOURCES.values()):
+        for option in owner.options:
+            out.setdefault(option.name, option)
+    return out
+
+
+def declarers(name: str) -> list[str]:
+    """The schemes and position sources that declare option ``name``, in registration order."""
+    return [n for n, owner in (*SCHEMES.items(), *SOURCES.items()) if any(o.name == name for o in owner.options)]
 
 
 def _model_schemes() -> tuple[type[Scheme], ...]:
@@ -60,13 +74,13 @@ def own_options(encoding: str, base: str | None) -> tuple[str, ...]:
 
 
 def check_options(encoding: str, given: dict) -> dict:
-    """The option values of a patch of ``encoding`` from ``given`` (names known to :data:`OPTIONS`): each
+    """The option values of a patch of ``encoding`` from ``given`` (names of :func:`declared_options`): each
     declarer's options checked and filled in, then its checks across options; the options the model decides
     checked as given. Raises ``ValueError`` for an option the encoding does not take."""
     source = SOURCES.get(encoding)
     base = None
     if source is not None:
-        base = OPTIONS[source.base_option].check(given.get(source.base_option))
+        base = declared_options()[source.base_option].check(given.get(source.base_option))
     declarers, candidates = declarers_for(encoding, base)
     accepted = {o.name for d in (*declarers, *candidates) for o in d.options}
     refused = [k for k in given if k not in accepted]
@@ -98,7 +112,7 @@ def takers(name: str) -> str:
     """The encodings that take option ``name``, in words: ``encoding='sinusoidal' or trajectory with
     base='sinusoidal'``."""
     parts: list[str] = []
-    for owner in DECLARERS[name]:
+    for owner in declarers(name):
         if owner in SOURCES:
             parts.append(f"encoding={owner!r}")
             continue
@@ -114,10 +128,11 @@ def takers(name: str) -> str:
 def refusal(names: list[str], desc: str) -> str:
     """Why options ``names`` are refused for the patch ``desc``: each option's own wording where it declares
     one, else ``option(s) ... apply only to <the encodings that take them>, not <desc>``."""
+    options = declared_options()
     grouped: dict[str, list[str]] = {}
     own: list[str] = []
     for name in names:
-        option = OPTIONS[name]
+        option = options[name]
         if option.refusal:
             own.append(option.refusal.format(name=name, takers=takers(name), desc=desc))
         else:
@@ -134,3 +149,16 @@ def refuse_undeclared(names, scheme: str, desc: str) -> None:
     if refused:
         raise ValueError(refusal(refused, desc))
 
+
+
+def options_table() -> str:
+    """The options every registered scheme and source declares, as the Markdown table of docs/patching.md
+    ("Options per scheme"; a test keeps the two the same)."""
+    where = {"scheme_options": "`scheme_options`", "top": "top level", "top_if_set": "top level, when set",
+             "no": "not saved"}
+    rows = ["| option | declared by (taken by) | values | default | saved | what it does |", "|---|---|---|---|---|---|"]
+    for name, option in declared_options().items():
+        cells = (f"`{name}`", f"{', '.join(declarers(name))} ({takers(name)})", option.type, f"`{option.default!r}`",
+                 where[option.saved], option.help)
+        rows.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(rows)

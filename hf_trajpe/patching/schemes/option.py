@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Option", "SAVED", "TOP_LEVEL_KEYS", "OPTIONS", "DECLARERS", "declare_options", "boolean", "is_number"]
+__all__ = ["Option", "SAVED", "TOP_LEVEL_KEYS", "declare_options", "boolean", "is_number"]
 
 #: where the saved file keeps an option's value (module docstring)
 SAVED = ("scheme_options", "top", "top_if_set", "no")
@@ -36,10 +36,10 @@ SAVED = ("scheme_options", "top", "top_if_set", "no")
 TOP_LEVEL_KEYS = ("encoding", "base", "strength", "learnable_strength", "beta", "interpolation", "detach", "cache",
                   "cache_size", "extend", "max_positions", "rope_theta", "sinusoid_scale", "rope_parameters",
                   "rotary_fraction", "layers", "scheme_options", "version")
-#: option name -> its declaration, over every registered scheme and position source
-OPTIONS: dict[str, Option] = {}
-#: option name -> the names of the schemes and position sources that declare it, in registration order
-DECLARERS: dict[str, list[str]] = {}
+#: owner (scheme or position source) -> the options it declared when registered: an option name shared by two
+#: owners must be the same declaration (which options are in force is read from the registries themselves:
+#: ``encodings.declared_options``)
+_DECLARED: dict[str, tuple[Option, ...]] = {}
 
 
 def _accept(value: Any) -> Any:
@@ -89,23 +89,21 @@ class Option:
 
 
 def declare_options(owner: str, options: tuple[Option, ...]) -> None:
-    """Record the options of a scheme or position source named ``owner`` (at its registration); an option
-    name already declared elsewhere must be the same declaration."""
+    """Check and record the options of a scheme or position source named ``owner`` (at its registration): a
+    tuple of :class:`Option`, each name once, and an option name that another owner declares must be the same
+    declaration (share the ``Option`` object)."""
     if not isinstance(options, tuple) or not all(isinstance(o, Option) for o in options):
         raise ValueError(f"{owner} must declare its options as a tuple of Option")
     names = [o.name for o in options]
     if len(set(names)) != len(names):
         raise ValueError(f"{owner} declares an option twice: {names}")
     for option in options:
-        known = OPTIONS.get(option.name)
-        if known is not None and known != option:
-            raise ValueError(f"{owner} declares option {option.name!r} differently from "
-                             f"{', '.join(DECLARERS[option.name])}; share the same Option")
-    for option in options:
-        OPTIONS[option.name] = option
-        takers = DECLARERS.setdefault(option.name, [])
-        if owner not in takers:
-            takers.append(owner)
+        for other, theirs in _DECLARED.items():
+            clash = next((o for o in theirs if o.name == option.name and o != option), None)
+            if other != owner and clash is not None:
+                raise ValueError(f"{owner} declares option {option.name!r} differently from {other}; share the "
+                                 "same Option")
+    _DECLARED[owner] = options
 
 
 # -- checks shared by declarations ------------------------------------------------------------------------
