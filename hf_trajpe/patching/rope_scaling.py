@@ -11,7 +11,8 @@ Semantics (docs/patching.md, "Context extension"):
 - The given parameters **replace** the model's own (a ``llama3`` or ``yarn`` model patched with ``yarn``
   runs plain yarn, not both), always **relative to the pretraining length**: ``original_max_position_embeddings``
   defaults to the model's own ``original_max_position_embeddings`` if its config has one (in ``rope_parameters``
-  or beside them), else to its ``max_position_embeddings``; ``rope_theta`` and ``partial_rotary_factor`` default to the model's.
+  or beside them), else to its ``max_position_embeddings``; ``rope_theta`` and ``partial_rotary_factor``
+  default to the model's.
 - On a model with a rotary module, ``config.max_position_embeddings`` follows the extension: ``original *
   factor`` (``dynamic`` keeps the trained length there: transformers reads it as the length from which dynamic
   scaling starts); a top-level ``original_max_position_embeddings`` (Phi-3's, which transformers takes over the

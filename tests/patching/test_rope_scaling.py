@@ -330,8 +330,9 @@ def test_a_deep_copy_of_an_extended_model_is_extended_on_its_own():
 
 def phi3(rope_parameters: dict | None = None, max_positions: int = 64, state=None, **config):
     cfg = T.Phi3Config(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=max_positions, pad_token_id=0, bos_token_id=1,
-                       eos_token_id=2, rope_parameters=copy.deepcopy(rope_parameters), **config)
+                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=max_positions,
+                       pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                       rope_parameters=copy.deepcopy(rope_parameters), **config)
     torch.manual_seed(0)
     model = T.Phi3ForCausalLM._from_config(cfg, attn_implementation="sdpa", dtype=torch.float32).eval()
     if state is not None:

@@ -12,5 +12,6 @@ from .scheme import CONTRIBUTIONS, SCHEMES, Scheme, check_interpolation, get_sch
 from .source import SOURCES, PositionSource, register_source
 
 __all__ = ["CONTRIBUTIONS", "NATIVE", "SCHEMES", "SOURCES", "Option", "PositionSource", "Scheme",
-           "check_interpolation", "declared_options", "encoding_names", "get_scheme", "register_scheme", "register_source",
+           "check_interpolation", "declared_options", "encoding_names", "get_scheme", "register_scheme",
+           "register_source",
            "trajectory_base_names"]

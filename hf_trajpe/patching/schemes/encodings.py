@@ -156,7 +156,8 @@ def options_table() -> str:
     ("Options per scheme"; a test keeps the two the same)."""
     where = {"scheme_options": "`scheme_options`", "top": "top level", "top_if_set": "top level, when set",
              "no": "not saved"}
-    rows = ["| option | declared by (taken by) | values | default | saved | what it does |", "|---|---|---|---|---|---|"]
+    rows = ["| option | declared by (taken by) | values | default | saved | what it does |",
+            "|---|---|---|---|---|---|"]
     for name, option in declared_options().items():
         cells = (f"`{name}`", f"{', '.join(declarers(name))} ({takers(name)})", option.type, f"`{option.default!r}`",
                  where[option.saved], option.help)
