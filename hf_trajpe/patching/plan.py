@@ -121,7 +121,7 @@ class PatchPlan:
         options = [f"{k}={v}" for k, v in c.scheme_options.items()] + fraction
         if options:
             return f"{c.encoding} ({', '.join(options)}){where}"
-        return (c.encoding if c.encoding != "native" else f"native ({self.scheme})") + where
+        return (c.encoding if c.encoding != NATIVE else f"{NATIVE} ({self.scheme})") + where
 
 
 def check_materialized(model: nn.Module) -> None:
@@ -186,7 +186,7 @@ def resolve_plan(config: PatchConfig, model: nn.Module) -> PatchPlan:
     # the position limit: where a learned table ends, or what the user asked for; else none
     table_offset = int(family.table_offset(model_config)) if family.table_path else 0
     max_positions = config.max_positions
-    if name == "learned":
+    if scheme_cls.reads_table:
         table_rows = get_path(base, family.table_path)[2].num_embeddings - table_offset
         if max_positions is not None and max_positions > table_rows:
             raise ValueError(

@@ -64,6 +64,8 @@ class Scheme(nn.Module):
     needs_key_positions: ClassVar[bool] = False
     #: attention implementations it runs on, when it enters through our attention functions
     attention_implementations: ClassVar[tuple[str, ...]] = ("eager", "sdpa", "flex_attention")
+    #: reads the model's own position table, whose rows are then the position limit
+    reads_table: ClassVar[bool] = False
     #: some model families have it as their own encoding (what ``native`` runs), so its options go with
     #: ``native`` and with trajectory on the model's own scheme (checked once the model is known)
     model_own: ClassVar[bool] = False

@@ -1,7 +1,8 @@
-"""Position sources: encodings that compute the positions a base scheme reads, instead of integer ranks
-(trajectory). A source declares its options as a scheme does (:class:`~.option.Option`); the options of
-its base apply beside them (``rope_parameters`` for trajectory on ``rope``). Adding a source is one module
-with a subclass of :class:`PositionSource` decorated with :func:`register_source`.
+"""Position sources as encodings: encodings that compute the positions a base scheme reads, instead of integer
+ranks (trajectory). A source declares its options as a scheme does (:class:`~.option.Option`); the options of
+its base apply beside them (``rope_parameters`` for trajectory on ``rope``). Declaring one is a subclass of
+:class:`PositionSource` decorated with :func:`register_source`; the positions themselves are computed at run
+time by :mod:`hf_trajpe.patching.sources`.
 """
 
 from __future__ import annotations
