@@ -4,7 +4,8 @@ How the engine is laid out (each file one concept):
 
 - ``config.py``: :class:`PatchConfig`, the user's options, validated and saved as JSON.
 - ``schemes/``: the positional schemes as registered plug-ins (learned table, sinusoidal, RoPE, ALiBi,
-  NoPE), each declaring what it contributes and what it can do.
+  NoPE, CoPE), each declaring what it contributes, what it can do and its options; trajectory's options
+  (``schemes/trajectory.py``); which encoding takes which option (``schemes/encodings.py``).
 - ``families/``: where a model keeps its positions, found from its structure (overrides by ``model_type``).
 - ``plan.py``: :func:`resolve_plan`, the one place that turns options and a model into a plan.
 - ``sources.py``: where positions come from (integer ranks, or trajectory).

@@ -47,8 +47,9 @@ def patch(model: nn.Module, encoding: str | PatchConfig | Mapping | LayerMap = "
     """Swap the positional encoding of ``model`` in place; returns a :class:`PatchHandle`.
 
     ``encoding``: ``native``, ``sinusoidal``, ``rope``, ``alibi``, ``none``, ``cope`` or ``trajectory``
-    (or a ready :class:`PatchConfig`); ``options``: the other fields of :class:`PatchConfig`, and the
-    options the chosen scheme declares (``npos_max`` for ``cope``; :meth:`PatchConfig.from_options`).
+    (or a ready :class:`PatchConfig`); ``options``: ``max_positions``, ``layers``, and the options the chosen
+    encoding declares (trajectory's ``strength``, ..., its base's, ``npos_max`` for ``cope``; the table of
+    docs/patching.md, "Options per scheme"); an option of another encoding is refused, whatever its value.
     ``layers=``: the attention layers to patch (a list of indices, a slice, ``"every:4"``, ``"top:8"``,
     ``"0-3,7"`` or a callable ``(index, n_layers) -> bool``; :mod:`~.layers`); the others keep the model's own
     encoding. Patches on disjoint layers compose: call ``patch`` again with other layers (one handle each), or

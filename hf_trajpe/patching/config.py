@@ -5,19 +5,16 @@ No transformers import here: a config can be built and checked without a model.
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import math
 import os
 import warnings
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from types import MappingProxyType
 
-from ..checks import check_beta
-from ..encodings.interpolation import INTERPOLATION_MODES
-from ..strength import check_strength_option
 from .layers import normalize_selection
-from .rope_scaling import check_rope_parameters
-from .schemes import SCHEMES, check_interpolation, encoding_names, trajectory_base_names
+from .schemes import encoding_names, trajectory_base_names
+from .schemes.encodings import base_of, check_options, declared_options, declarers_for, own_options, takers
+from .schemes.option import TOP_LEVEL_KEYS
 
 __all__ = ["ENCODINGS", "TRAJECTORY_BASES", "CONFIG_NAME", "PatchConfig", "read_config_file"]
 
@@ -42,234 +39,180 @@ FILE_KEYS = ("save_id",)
 MAX_POSITIONS = 2**20
 
 
-@dataclass
 class PatchConfig:
     """What to patch a model with. Validates itself on construction.
 
-    Fields (all but ``encoding`` optional):
+    ``PatchConfig(encoding, **options)``, as :func:`hf_trajpe.patch` takes them:
 
     - ``encoding``: one of :data:`ENCODINGS`.
-    - ``base``: for ``trajectory`` only, one of :data:`TRAJECTORY_BASES`; ``None`` means the model's
-      own scheme (``learned`` for GPT-2/BERT/RoBERTa, ``rope`` for the Llama family and GPT-NeoX).
-    - ``strength``: trajectory alpha in [0, 1], or ``"auto"`` (per content type, docs/spec.md, section 2).
-    - ``learnable_strength``: make alpha a trainable parameter (starts at ``strength``).
-    - ``beta``: trajectory magnitude scaling (> 0).
-    - ``interpolation``: how a base is read at fractional positions: ``linear``/``cubic`` (a table
-      of integer positions, the seed design) or ``exact`` (analytic: sinusoidal, rope, alibi).
-      ``None`` picks ``linear`` for the learned table and ``exact`` otherwise.
-    - ``detach``: stop gradients from positions into the embeddings (trajectory only).
-    - ``cache``/``cache_size``: the displacement cache of docs/spec.md, section 2 (trajectory only).
     - ``max_positions``: the most positions a sequence may address, the same for every family.
       ``None``: the learned table's rows where the scheme reads one, no limit otherwise (RoPE, ALiBi,
       the sinusoid and NoPE have no end). Longer sequences are refused; trajectory positions past it
       are clamped, with one warning and a count (``PatchHandle.clamped_tokens``).
-    - ``rope_theta``: base of the rotary frequencies when ``rope`` is put on a model that has none
-      (models with their own rotary module keep their own frequencies).
-    - ``extend``: content-aware context extension (trajectory only): positions advance by ``1/extend`` on
-      average, each step larger where the content moves more (:func:`hf_trajpe.encodings.trajectory.extend_positions`);
-      ``None``: plain trajectory positions.
-    - ``rope_parameters``: context extension of the rotation (``rope``, ``native`` on a RoPE model, trajectory
-      on ``rope``): transformers' ``config.rope_parameters`` dict (``rope_type`` ``default``, ``linear``,
-      ``dynamic``, ``yarn``, ``longrope``, ``llama3``, or ``ntk`` for static NTK-aware scaling, with their
-      keys); see :mod:`hf_trajpe.patching.rope_scaling`. Saved with every default filled in.
-    - ``sinusoid_scale``: amplitude of the added sinusoid (``sinusoidal``, or ``trajectory`` on it).
-      ``1.0`` is the unit sinusoid of docs/spec.md, section 2. ``"embeddings"`` matches the RMS of the
-      model's token embeddings at patch time (resolved to a number then, so a saved patch reloads
-      with the same scale): a unit sinusoid drowns token embeddings of std 0.02 (GPT-2's init).
-    - ``rotary_fraction``: the share of each head's width that rotates (``rope``, or trajectory on it), as
-      GPT-NeoX's ``rotary_pct`` and Phi's ``partial_rotary_factor``: the first ``int(head_dim * fraction)``
-      dimensions (even), half-split among themselves; the rest pass unrotated. The rotation then runs inside
-      attention, with default frequencies at the model's ``rope_theta`` (its own on a model with a rotary
-      module, whose own rotation is switched off; ``rope_theta`` on others). ``None``: the model's own width.
     - ``layers``: the attention layers the patch applies to (:mod:`hf_trajpe.patching.layers`: a list of
       indices, a slice, ``"every:4"``, ``"top:8"``, ``"0-3,7"``, ...); ``None``: every layer. Layers not
       selected keep the model's own encoding. Kept as given (a grammar string or a tuple of indices).
-    - ``scheme_options``: the options the chosen scheme declares itself (``Scheme.options``, e.g.
-      ``npos_max`` of ``cope``), every one filled in (defaults where not given), so a saved patch
-      reloads with the same values. ``hf_trajpe.patch(model, "cope", npos_max=32)`` puts keyword
-      options there (:meth:`from_options`). Left out of the saved file when empty.
+    - every other option is declared by the scheme or position source that reads it (an
+      :class:`~.schemes.option.Option`: ``strength``, ``beta``, ... by ``trajectory``; ``rope_parameters``,
+      ``rotary_fraction``, ``rope_theta`` by ``rope``; ``sinusoid_scale`` by ``sinusoidal``; ``npos_max`` by
+      ``cope``; the table in docs/patching.md, "Options"). A patch takes the options of its encoding, and of
+      its base for trajectory (``native`` and trajectory on the model's own scheme: those of the scheme the
+      model has, checked when patching). Any other option is refused, whatever its value. ``scheme_options``:
+      the same options as a dict (how files keep those saved there).
+
+    ``options`` holds the values in force, every declared option filled in (defaults where not given), so a
+    saved patch reloads with the same values; ``config.strength`` and the like read it (an option the
+    encoding does not take reads as its default).
     """
 
-    encoding: str
-    base: str | None = None
-    strength: float | str = 0.2
-    learnable_strength: bool = False
-    beta: float = 2.0
-    interpolation: str | None = None
-    detach: bool = False
-    cache: bool = False
-    cache_size: int = 10_000
-    extend: float | None = None
-    max_positions: int | None = None
-    rope_theta: float = 10000.0
-    sinusoid_scale: float | str = 1.0
-    rope_parameters: dict | None = None
-    rotary_fraction: float | None = None
-    layers: str | tuple[int, ...] | None = None
-    scheme_options: dict = field(default_factory=dict)
-    version: int = field(default=FORMAT_VERSION, repr=False, compare=False)
+    #: the options every encoding takes, kept as attributes
+    SHARED = ("max_positions", "layers")
 
-    def __post_init__(self) -> None:
-        if self.encoding not in encoding_names():
-            raise ValueError(
-                f"unknown encoding {self.encoding!r}; supported encodings: {', '.join(encoding_names())}"
-            )
-        defaults = {f.name: f.default for f in dataclasses.fields(self)}
-        trajectory_only = ("base", "strength", "learnable_strength", "beta", "interpolation", "detach",
-                           "cache", "cache_size", "extend")
-        if self.encoding != "trajectory":
-            given = [k for k in trajectory_only if getattr(self, k) != defaults[k]]
-            if given:
-                raise ValueError(
-                    f"option(s) {', '.join(given)} apply only to encoding='trajectory', not {self.encoding!r}"
-                )
-        if self.base is not None and self.base not in trajectory_base_names():
-            raise ValueError(
-                f"unknown trajectory base {self.base!r}; supported bases: {', '.join(trajectory_base_names())}"
-            )
-        self.strength = check_strength_option(self.strength, self.learnable_strength)
-        self.beta = check_beta(self.beta)
-        if self.interpolation is not None and self.interpolation not in INTERPOLATION_MODES:
-            raise ValueError(
-                f"unknown interpolation {self.interpolation!r}; supported: {', '.join(INTERPOLATION_MODES)}"
-            )
-        if self.base is not None:  # (with base=None the model decides the base: checked when patching)
-            check_interpolation(self.base, self.interpolation)
-        if not isinstance(self.cache_size, int) or isinstance(self.cache_size, bool) or self.cache_size < 1:
-            raise ValueError(f"cache_size must be a positive integer, got {self.cache_size!r}")
-        mp = self.max_positions
+    def __init__(self, encoding: str, *, max_positions: int | None = None, layers=None,
+                 scheme_options: Mapping | None = None, version: int = FORMAT_VERSION, **options) -> None:
+        if encoding not in encoding_names():
+            raise ValueError(f"unknown encoding {encoding!r}; supported encodings: {', '.join(encoding_names())}")
+        if scheme_options is not None:
+            if not isinstance(scheme_options, Mapping) or not all(isinstance(k, str) for k in scheme_options):
+                raise TypeError(f"scheme_options must be a dict of option name -> value, got {scheme_options!r}")
+            for key in scheme_options:
+                if key in options:
+                    raise TypeError(f"option {key!r} given twice (as a keyword and in scheme_options)")
+            options = {**options, **scheme_options}
+        self.encoding = encoding
+        unknown = sorted(k for k in options if k not in declared_options())
+        if unknown:
+            raise TypeError(self._unknown(unknown, encoding, options))
+        self._options = check_options(encoding, options)
+        mp = max_positions
         if mp is not None and (not isinstance(mp, int) or isinstance(mp, bool) or not 1 <= mp <= MAX_POSITIONS):
             raise ValueError(
                 f"max_positions must be an integer from 1 to {MAX_POSITIONS:,} or None (no limit), got "
-                f"{self.max_positions!r} (beyond 2**20 float32 positions keep less than 1/8 of their fraction)"
+                f"{max_positions!r} (beyond 2**20 float32 positions keep less than 1/8 of their fraction)"
             )
-        rt = self.rope_theta
-        if isinstance(rt, bool) or not isinstance(rt, (int, float)) or not (math.isfinite(rt) and rt > 1):
-            raise ValueError(f"rope_theta must be a number > 1, got {self.rope_theta!r}")
-        named = self.option_scheme()
-        if self.rope_theta != defaults["rope_theta"] and named is not None and SCHEMES[named].contributes != "rotary":
-            raise ValueError(
-                f"rope_theta applies only where a rotation is applied (encoding='rope', or trajectory on "
-                f"base='rope'); {self.encoding!r}" + (f" on {self.base!r}" if self.base else "")
-                + " uses no rotary, so it would be ignored: leave rope_theta out"
-            )
-        if isinstance(self.sinusoid_scale, str):
-            if self.sinusoid_scale != "embeddings":
-                raise ValueError(f"sinusoid_scale must be a number > 0 or 'embeddings', got {self.sinusoid_scale!r}")
-        elif isinstance(self.sinusoid_scale, bool) or not isinstance(self.sinusoid_scale, (int, float)) or not (
-            math.isfinite(self.sinusoid_scale) and self.sinusoid_scale > 0
-        ):
-            raise ValueError(f"sinusoid_scale must be a number > 0 or 'embeddings', got {self.sinusoid_scale!r}")
-        else:
-            self.sinusoid_scale = float(self.sinusoid_scale)
-        on_sinusoid = self.encoding == "sinusoidal" or (self.encoding == "trajectory" and self.base == "sinusoidal")
-        if self.sinusoid_scale != 1.0 and not on_sinusoid:
-            raise ValueError(
-                "sinusoid_scale applies only to encoding='sinusoidal' or trajectory with base='sinusoidal', "
-                f"not {self.encoding!r}" + (f" on {self.base!r}" if self.base else "")
-            )
-        if self.extend is not None:
-            ext = self.extend
-            if isinstance(ext, bool) or not isinstance(ext, (int, float)) or not (math.isfinite(ext) and ext >= 1):
-                raise ValueError(f"extend must be a number >= 1 (read text extend times longer than the trained "
-                                 f"length: positions advance by 1/extend on average), got {ext!r}")
-            self.extend = float(ext)
-        if self.rope_parameters is not None:
-            rotation = (self.encoding in ("rope", "native")
-                        or (self.encoding == "trajectory" and self.base in (None, "rope")))
-            if not rotation:
-                raise ValueError(
-                    "rope_parameters extends a rotary encoding: give it with encoding='rope', 'native' (on a RoPE "
-                    f"model) or 'trajectory' on base 'rope', not {self.encoding!r}"
-                    + (f" on {self.base!r}" if self.base else ""))
-            self.rope_parameters = check_rope_parameters(self.rope_parameters)
-        if self.rotary_fraction is not None:
-            rf = self.rotary_fraction
-            if isinstance(rf, bool) or not isinstance(rf, (int, float)) or not (math.isfinite(rf) and 0 < rf <= 1):
-                raise ValueError(f"rotary_fraction must be a number in (0, 1] (the share of each head that rotates), "
-                                 f"got {rf!r}")
-            self.rotary_fraction = float(rf)
-            if self.rope_parameters is not None:
-                raise ValueError("rotary_fraction and rope_parameters cannot be combined: rotary_fraction rotates part "
-                                 "of each head with default frequencies; give one or the other")
-            if named is not None and SCHEMES[named].contributes != "rotary":
-                raise ValueError(
-                    "rotary_fraction applies only where a rotation is applied (encoding='rope', or trajectory on "
-                    f"base='rope'); {self.encoding!r}" + (f" on {self.base!r}" if self.base else "")
-                    + " uses no rotary, so it would be ignored: leave rotary_fraction out")
-        self.layers = normalize_selection(self.layers)
-        for name in ("learnable_strength", "detach", "cache"):
-            if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
-        self.scheme_options = self._check_scheme_options()
+        self.max_positions = max_positions
+        self.layers = normalize_selection(layers)
+        self.version = version
 
-    def option_scheme(self) -> str | None:
-        """The scheme whose own options apply: the encoding's, or trajectory's explicit base; ``None``
-        for ``native`` and trajectory on the model's own scheme (decided by the model)."""
-        if self.encoding in SCHEMES:
-            return self.encoding
-        return self.base if self.encoding == "trajectory" else None
+    @staticmethod
+    def _unknown(unknown: list[str], encoding: str, options: dict) -> str:
+        base = base_of(encoding, options)
+        base = base if isinstance(base, str) and base in trajectory_base_names() else None
+        own = own_options(encoding, base)
+        declarers, _ = declarers_for(encoding, base)
+        others: dict[str, list[str]] = {}
+        for name in declared_options():
+            if name not in own:
+                others.setdefault(takers(name), []).append(name)
+        mine = "".join(f"; options of {d.name}: {', '.join(o.name for o in d.options)}" for d in declarers
+                       if d.options)
+        return (f"unknown patch option(s) {unknown}; supported options: {', '.join(sorted(PatchConfig.SHARED))}"
+                + mine + "".join(f"; options of {t} only: {', '.join(ns)}" for t, ns in others.items()))
 
-    def _check_scheme_options(self) -> dict:
-        given = self.scheme_options
-        if not isinstance(given, dict) or not all(isinstance(k, str) for k in given):
-            raise TypeError(f"scheme_options must be a dict of option name -> value, got {given!r}")
-        name = self.option_scheme()
-        if name is None:
-            if given:
-                raise ValueError(f"option(s) {', '.join(sorted(given))} belong to a scheme; encoding "
-                                 f"{self.encoding!r} names none" + (" (give base=...)" if self.base is None
-                                                                    and self.encoding == "trajectory" else ""))
-            return {}
-        return SCHEMES[name].check_options(given)
+    # -- the options in force ----------------------------------------------------------------------
+    @property
+    def options(self) -> Mapping:
+        """The values of the declared options in force (read-only)."""
+        return MappingProxyType(self._options)
+
+    @property
+    def scheme_options(self) -> dict:
+        """The options the saved file keeps in its ``scheme_options`` object (``npos_max`` of ``cope``)."""
+        declared = declared_options()
+        return {k: v for k, v in self._options.items() if declared[k].saved == "scheme_options"}
+
+    def __getattr__(self, name: str):
+        # a declared option: its value, or its default where this encoding does not take it
+        declared = declared_options() if not name.startswith("_") else {}
+        if name in declared:
+            return self.__dict__.get("_options", {}).get(name, declared[name].default)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def model_options(self) -> tuple[str, ...]:
+        """The options given for the model's own scheme (``native``, trajectory with ``base=None``), which the
+        scheme the model has must declare: checked when patching."""
+        own = own_options(self.encoding, base_of(self.encoding, self._options))
+        return tuple(k for k in self._options if k not in own)
+
+    def replace(self, **changes) -> PatchConfig:
+        """A copy with ``changes`` (options or ``max_positions``/``layers``), checked again."""
+        given = {"max_positions": self.max_positions, "layers": self.layers, **self._options, **changes}
+        return PatchConfig(changes.pop("encoding", self.encoding), version=self.version,
+                           **{k: v for k, v in given.items() if k != "encoding"})
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, PatchConfig):
+            return NotImplemented
+        return ((self.encoding, self.max_positions, self.layers, self._options)
+                == (other.encoding, other.max_positions, other.layers, other._options))
+
+    __hash__ = None  # mutable options inside (rope_parameters): not a dict key
+
+    def __repr__(self) -> str:
+        shared = "".join(f", {k}={getattr(self, k)!r}" for k in self.SHARED if getattr(self, k) is not None)
+        options = "".join(f", {k}={v!r}" for k, v in self._options.items())
+        return f"PatchConfig(encoding={self.encoding!r}{options}{shared})"
 
     @classmethod
     def common_options(cls) -> tuple[str, ...]:
-        """The options every encoding shares (the fields, less ``encoding``, ``scheme_options``, ``version``)."""
-        return tuple(f.name for f in dataclasses.fields(cls) if f.name not in ("encoding", "scheme_options", "version"))
+        """The options every encoding shares (``max_positions``, ``layers``)."""
+        return cls.SHARED
+
+    @classmethod
+    def option_names(cls) -> tuple[str, ...]:
+        """Every option ``hf_trajpe.patch`` knows: the shared ones and those some encoding declares."""
+        return (*cls.SHARED, *declared_options())
 
     @classmethod
     def from_options(cls, encoding: str, **options) -> PatchConfig:
-        """``PatchConfig(encoding, ...)`` from flat keyword options, as ``hf_trajpe.patch`` takes them:
-        the common options by name, and the options the chosen scheme declares (``npos_max`` for
-        ``cope``) into ``scheme_options``. Raises ``TypeError`` for an option neither knows, listing both."""
-        common = set(cls.common_options())
-        scheme_options = dict(options.pop("scheme_options", None) or {})
-        base = options.get("base") if encoding == "trajectory" else None
-        name = next((n for n in (encoding, base) if isinstance(n, str) and n in SCHEMES), None)
-        own = tuple(SCHEMES[name].options) if name is not None else ()
-        unknown = sorted(k for k in options if k not in common and k not in own)
-        if unknown:
-            others = {n: tuple(c.options) for n, c in SCHEMES.items() if c.options and n != name}
-            raise TypeError(
-                f"unknown patch option(s) {unknown}; supported options: {', '.join(sorted(common))}"
-                + (f"; options of {name}: {', '.join(own)}" if own else "")
-                + "".join(f"; options of {n} (encoding={n!r} only): {', '.join(o)}" for n, o in others.items())
-            )
-        for k in [k for k in options if k in own]:
-            if k in scheme_options:
-                raise TypeError(f"option {k!r} given twice (as a keyword and in scheme_options)")
-            scheme_options[k] = options.pop(k)
-        return cls(encoding, **options, scheme_options=scheme_options)
+        """``PatchConfig(encoding, **options)`` from flat keyword options, as ``hf_trajpe.patch`` takes them
+        (``scheme_options`` may hold some of them as a dict). Raises ``TypeError`` for an option no encoding
+        declares, listing the known ones, and ``ValueError`` for one this encoding does not take."""
+        return cls(encoding, **options)
 
     # -- round trip ------------------------------------------------------------------------------
     def to_dict(self) -> dict:
-        """The saved form; ``scheme_options``, ``rope_parameters``, ``rotary_fraction`` and ``layers`` only when
-        given (files of patches without them are as before those fields existed)."""
-        data = dataclasses.asdict(self)
-        for key in ("scheme_options", "rope_parameters", "rotary_fraction", "layers"):
-            if data[key] is None or data[key] == {}:
-                del data[key]
-        if isinstance(self.layers, tuple):
-            data["layers"] = list(self.layers)
-        if self.layers is not None or self.rotary_fraction is not None:
-            data["version"] = max(data["version"], LAYERED_FORMAT_VERSION)
+        """The saved form: the top-level keys of :data:`TOP_LEVEL_KEYS` (the options saved there at their
+        defaults where this encoding does not take them, as files have always had them; ``rope_parameters``,
+        ``rotary_fraction`` and ``layers`` only when given), ``scheme_options`` when the encoding has some."""
+        declared = declared_options()
+        data: dict = {}
+        needed = FORMAT_VERSION
+        for key in TOP_LEVEL_KEYS:
+            if key == "encoding":
+                data[key] = self.encoding
+            elif key in self.SHARED:
+                value = self.layers if key == "layers" else self.max_positions
+                if key == "layers" and value is None:
+                    continue
+                data[key] = list(value) if isinstance(value, tuple) else value
+            elif key == "scheme_options":
+                if self.scheme_options:
+                    data[key] = self.scheme_options
+            elif key == "version":
+                data[key] = self.version
+            else:
+                option = declared[key]
+                value = self._options.get(key, option.default)
+                if option.saved == "top" or (option.saved == "top_if_set" and value is not None):
+                    data[key] = value
+        for key, value in self._options.items():
+            if declared[key].saved != "no" and declared[key].is_set(value):
+                needed = max(needed, declared[key].format_version)
+        if self.layers is not None:
+            needed = max(needed, LAYERED_FORMAT_VERSION)
+        if needed > FORMAT_VERSION:
+            data["version"] = max(data["version"], needed)
         return data
 
     @classmethod
     def from_dict(cls, data: dict) -> PatchConfig:
+        """The config of a saved file (any version this hf_trajpe reads). A top-level option at its default is
+        a key that every file carries, taken or not; unknown keys are dropped with a warning."""
         data = {k: v for k, v in data.items() if k not in FILE_KEYS}
-        known = {f.name for f in dataclasses.fields(cls)}
+        declared = declared_options()
+        top = {k for k in TOP_LEVEL_KEYS if k in declared and declared[k].saved.startswith("top")}
+        known = {"encoding", "version", "scheme_options", *cls.SHARED, *top}
         unknown = sorted(set(data) - known)
         if unknown:
             warnings.warn(
@@ -277,7 +220,10 @@ class PatchConfig:
                 UserWarning,
                 stacklevel=2,
             )
-        return cls(**{k: v for k, v in data.items() if k in known})
+        if "encoding" not in data:
+            raise TypeError("a saved patch names its encoding; this one has no 'encoding' key")
+        kept = {k: v for k, v in data.items() if k in known and not (k in top and not declared[k].is_set(v))}
+        return cls(**kept)
 
     def save(self, directory: str | os.PathLike, save_id: str | None = None) -> str:
         """Write ``hf_trajpe_config.json`` into ``directory``; returns the file path. ``save_id``: the id of

@@ -11,7 +11,6 @@ count is known. The file a map is saved in holds ``{"layer_map": [config, ...]}`
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from collections.abc import Callable, Mapping
@@ -97,7 +96,7 @@ def _entry(selection, entry, resolve: Callable | None) -> PatchConfig:
         if entry.layers is not None:
             raise ValueError("the PatchConfig of a map entry takes its layers from the map's key; leave its own "
                              "layers unset")
-        return dataclasses.replace(entry, layers=layers)
+        return entry.replace(layers=layers)
     if isinstance(entry, str):
         return PatchConfig.from_options(entry, layers=layers)
     if isinstance(entry, Mapping):

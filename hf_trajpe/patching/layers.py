@@ -50,8 +50,12 @@ def _items(spec: str) -> list[str]:
 
 def _check_item(item: str, spec: str) -> None:
     if item == "all" or _INDEX.match(item) or _RANGE.match(item) or _SLICE.match(item):
-        if _SLICE.match(item) and item.split(":")[2:3] == ["0"]:
-            raise ValueError(f"layers {spec!r}: the slice {item!r} has step 0")
+        parts = _SLICE.match(item).groups() if _SLICE.match(item) else ()
+        if "-" in parts:
+            raise ValueError(f"layers {spec!r}: cannot read {item!r}; a layer selection is {GRAMMAR}")
+        if parts and parts[2] and int(parts[2]) == 0:
+            raise ValueError(f"layers {spec!r}: the slice {item!r} has step 0; a slice start:stop:step needs a step "
+                             f"other than 0 ('::2': every second layer). A layer selection is {GRAMMAR}")
         m = _RANGE.match(item)
         if m and int(m.group(1)) > int(m.group(2)):
             raise ValueError(f"layers {spec!r}: the range {item!r} ends before it starts (write low-high)")

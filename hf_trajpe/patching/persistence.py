@@ -5,7 +5,6 @@ files; :mod:`.reload` reads them back into a model (it needs :func:`~.api.patch`
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 
@@ -30,7 +29,7 @@ def resolved_config(handle) -> PatchConfig:
     runs on that family's own scheme."""
     config = handle.config
     if handle.plan.trajectory and config.base is None:
-        config = dataclasses.replace(config, base=handle.plan.scheme)
+        config = config.replace(base=handle.plan.scheme)
     return config
 
 

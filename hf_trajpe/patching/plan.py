@@ -7,9 +7,7 @@ plan and never check options again. Every refusal happens here, before the model
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
-import math
 from dataclasses import dataclass
 
 from torch import nn
@@ -21,11 +19,11 @@ from .families.structure import rotary_frequencies
 from .layers import describe_layers, resolve_selection
 from .rope_scaling import RopeScaling, resolve_rope_parameters
 from .schemes import check_interpolation, get_scheme
+from .schemes.encodings import NATIVE, refuse_undeclared
+from .schemes.source import SOURCES
 
 __all__ = ["ATTENTION_NAMES", "ROTARY_TYPES", "PatchPlan", "resolve_plan", "get_path", "self_attention_modules"]
 
-#: the default of ``PatchConfig.rope_theta``: any other value is an explicit request
-ROPE_THETA_DEFAULT = PatchConfig.__dataclass_fields__["rope_theta"].default
 #: rotary types of a model's own rotary module that the patch reproduces: fixed at init, or (``dynamic``,
 #: ``longrope``) updated with the sequence length by the module's own code before each use
 ROTARY_TYPES = ("default", "linear", "llama3", "yarn", "dynamic", "longrope")
@@ -123,18 +121,7 @@ class PatchPlan:
         options = [f"{k}={v}" for k, v in c.scheme_options.items()] + fraction
         if options:
             return f"{c.encoding} ({', '.join(options)}){where}"
-        return (c.encoding if c.encoding != "native" else f"native ({self.scheme})") + where
-
-
-def embedding_matched_scale(model: nn.Module) -> float:
-    """The sinusoid amplitude whose RMS equals the RMS of the token embedding matrix.
-
-    An interleaved unit sinusoid has RMS ``1/sqrt(2)`` over its width, hence the ``sqrt(2)``."""
-    weight = model.get_input_embeddings().weight.detach()
-    rms = weight.float().pow(2).mean().sqrt().item()
-    if not math.isfinite(rms) or rms <= 0:
-        raise ValueError(f"cannot match the sinusoid to token embeddings of RMS {rms}; pass a number as sinusoid_scale")
-    return math.sqrt(2.0) * rms
+        return (c.encoding if c.encoding != NATIVE else f"{NATIVE} ({self.scheme})") + where
 
 
 def check_materialized(model: nn.Module) -> None:
@@ -175,21 +162,22 @@ def resolve_plan(config: PatchConfig, model: nn.Module) -> PatchPlan:
         raise ValueError(
             f"{family.name} does not support encoding {config.encoding!r}; supported: {', '.join(family.encodings)}"
         )
-    trajectory = config.encoding == "trajectory"
+    source = SOURCES.get(config.encoding)
+    trajectory = source is not None
     if trajectory:
-        if config.base is not None and config.base not in family.trajectory_bases:
+        on = config.options[source.base_option]
+        if on is not None and on not in family.trajectory_bases:
             raise ValueError(
-                f"{family.name} does not support trajectory on {config.base!r}; supported bases: "
+                f"{family.name} does not support {config.encoding} on {on!r}; supported bases: "
                 f"{', '.join(family.trajectory_bases)}"
             )
-        name = config.base or family.native
+        name = on or family.native
     else:
-        name = family.native if config.encoding == "native" else config.encoding
+        name = family.native if config.encoding == NATIVE else config.encoding
     scheme_cls = get_scheme(name)
-    if config.rope_theta != ROPE_THETA_DEFAULT and scheme_cls.contributes != "rotary":
-        desc = f"trajectory on {name}" if trajectory else f"{config.encoding} ({name})"
-        raise ValueError(f"rope_theta applies only where a rotation is applied; {desc} on this {family.name} model "
-                         "uses no rotary, so it would be ignored: leave rope_theta out")
+    runs = f"{config.encoding} on {name!r}" if trajectory else repr(name)
+    refuse_undeclared(config.model_options(), name,
+                      f"{config.encoding!r} (this patch runs {runs}, {family.name}'s own scheme)")
     causal = bool(family.causal(model_config))
     if not scheme_cls.bidirectional and not causal:
         raise ValueError(f"{name} is defined for causal attention only; this {family.name} model is bidirectional")
@@ -198,7 +186,7 @@ def resolve_plan(config: PatchConfig, model: nn.Module) -> PatchPlan:
     # the position limit: where a learned table ends, or what the user asked for; else none
     table_offset = int(family.table_offset(model_config)) if family.table_path else 0
     max_positions = config.max_positions
-    if name == "learned":
+    if scheme_cls.reads_table:
         table_rows = get_path(base, family.table_path)[2].num_embeddings - table_offset
         if max_positions is not None and max_positions > table_rows:
             raise ValueError(
@@ -207,9 +195,6 @@ def resolve_plan(config: PatchConfig, model: nn.Module) -> PatchPlan:
             )
         max_positions = max_positions or table_rows
 
-    if config.rotary_fraction is not None and scheme_cls.contributes != "rotary":
-        raise ValueError(f"rotary_fraction applies only where a rotation is applied; {name} on this {family.name} "
-                         "model uses no rotary, so it would be ignored: leave rotary_fraction out")
     hook = _hook(scheme_cls, family)
     if config.rotary_fraction is not None:
         if not family.self_attention:
@@ -243,14 +228,16 @@ def resolve_plan(config: PatchConfig, model: nn.Module) -> PatchPlan:
                     f"rope_type {rope_type!r} of {type(rotary).__name__} is not one hf_trajpe reproduces; "
                     f"supported rope types: {', '.join(ROTARY_TYPES)}"
                 )
-    if config.sinusoid_scale == "embeddings":
-        config = dataclasses.replace(config, sinusoid_scale=embedding_matched_scale(model))
+    own = {o.name: config.options[o.name] for o in scheme_cls.options if o.name in config.options}
+    settled = scheme_cls.resolve_values(own, model)
+    if settled != own:  # (sinusoid_scale="embeddings" becomes the number it stands for)
+        config = config.replace(**{k: v for k, v in settled.items() if v != own[k]})
     attention = self_attention_modules(base, family.self_attention)
     head_dim = _head_dim(attention, model_config)
     scaling = None
     if config.rope_parameters is not None:
         scaling = _rope_scaling(config, model_config, family, name, hook, rotary, head_dim)
-        config = dataclasses.replace(config, rope_parameters=scaling.given)
+        config = config.replace(rope_parameters=scaling.given)
     rope_theta, rotary_width = float(config.rope_theta), None
     if config.rotary_fraction is not None:
         rotary_width = _rotary_width(config.rotary_fraction, head_dim, family)
@@ -337,9 +324,6 @@ def _check_layers(config: PatchConfig, family: FamilyAdapter, name: str, scheme_
 def _rope_scaling(config: PatchConfig, model_config, family: FamilyAdapter, name: str, hook: str, rotary,
                   head_dim: int | None) -> RopeScaling:
     """The context extension of ``config.rope_parameters`` resolved against the model, or a refusal saying why."""
-    if name != "rope":
-        raise ValueError(f"rope_parameters extends a rotation, and this patch runs {name!r} ({family.name}'s own "
-                         f"scheme is {family.native!r}): use encoding='rope' or trajectory with base='rope'")
     if hook == "rotary":
         if rotary is None:
             raise NotImplementedError(f"{family.name} computes its rotation in its own code; context extension needs "

@@ -10,10 +10,14 @@ Semantics (docs/patching.md, "Context extension"):
 
 - The given parameters **replace** the model's own (a ``llama3`` or ``yarn`` model patched with ``yarn``
   runs plain yarn, not both), always **relative to the pretraining length**: ``original_max_position_embeddings``
-  defaults to the model's own ``original_max_position_embeddings`` if its config has one, else to its
-  ``max_position_embeddings``; ``rope_theta`` and ``partial_rotary_factor`` default to the model's.
-- ``config.max_position_embeddings`` follows the extension: ``original * factor`` (``dynamic`` keeps the
-  trained length there: transformers reads it as the length from which dynamic scaling starts).
+  defaults to the model's own ``original_max_position_embeddings`` if its config has one (in ``rope_parameters``
+  or beside them), else to its ``max_position_embeddings``; ``rope_theta`` and ``partial_rotary_factor``
+  default to the model's.
+- On a model with a rotary module, ``config.max_position_embeddings`` follows the extension: ``original *
+  factor`` (``dynamic`` keeps the trained length there: transformers reads it as the length from which dynamic
+  scaling starts); a top-level ``original_max_position_embeddings`` (Phi-3's, which transformers takes over the
+  one in ``rope_parameters``) is set to the resolved one. On a model without one (the rotation inside
+  attention) the config stays: its ``max_position_embeddings`` is the learned table's size, fixed by the weights.
 - The resolved dict (every default filled in) is what the patch saves, so a reload applies the same numbers
   whatever the reloaded config says.
 
@@ -52,6 +56,17 @@ ROPE_TYPES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
 }
 #: types whose frequencies change with the sequence length inside the rotary module's forward
 DYNAMIC_ROPE_TYPES = ("dynamic", "longrope")
+#: keys that must be > 0, and why (0 or less gives NaN or a division by zero in transformers' formulas)
+_POSITIVE = {
+    "attention_factor": "it scales the attention logits; 1.0 leaves them as they are",
+    "beta_fast": "a number of rotations; YaRN uses 32",
+    "beta_slow": "a number of rotations; YaRN uses 1",
+    "low_freq_factor": "the wavelength below which frequencies are scaled is the trained length over it; Llama 3.1 "
+                       "uses 1.0",
+    "high_freq_factor": "the wavelength below which frequencies are kept is the trained length over it; Llama 3.1 "
+                        "uses 4.0",
+    "partial_rotary_factor": "the share of each head that rotates",
+}
 _NUMBERS = ("factor", "rope_theta", "partial_rotary_factor", "attention_factor", "beta_fast", "beta_slow", "mscale",
             "mscale_all_dim", "low_freq_factor", "high_freq_factor")
 
@@ -93,6 +108,17 @@ def check_rope_parameters(params) -> dict:
         raise ValueError(f"rope_parameters['factor'] must be >= 1 (the extension), got {params['factor']}")
     if "rope_theta" in params and params["rope_theta"] <= 1:
         raise ValueError(f"rope_parameters['rope_theta'] must be > 1, got {params['rope_theta']}")
+    for key, why in _POSITIVE.items():
+        if key in params and params[key] <= 0:
+            raise ValueError(f"rope_parameters[{key!r}] must be > 0 ({why}), got {params[key]}")
+    if "partial_rotary_factor" in params and params["partial_rotary_factor"] > 1:
+        raise ValueError(f"rope_parameters['partial_rotary_factor'] must be in (0, 1] (the share of each head that "
+                         f"rotates), got {params['partial_rotary_factor']}")
+    if rope_type == "llama3" and params["high_freq_factor"] <= params["low_freq_factor"]:
+        raise ValueError(
+            f"rope_parameters['high_freq_factor'] ({params['high_freq_factor']}) must be greater than "
+            f"rope_parameters['low_freq_factor'] ({params['low_freq_factor']}): llama3 blends the frequencies between "
+            "the two wavelengths they set, dividing by their difference (Llama 3.1: low 1.0, high 4.0)")
     omp = params.get("original_max_position_embeddings")
     if omp is not None and (isinstance(omp, bool) or not isinstance(omp, int) or omp < 1):
         raise ValueError(f"rope_parameters['original_max_position_embeddings'] must be a positive integer, got {omp!r}")
@@ -102,6 +128,10 @@ def check_rope_parameters(params) -> dict:
             if not isinstance(values, (list, tuple)) or not values:
                 raise ValueError(f"rope_parameters[{key!r}] must be a list of numbers, got {values!r}")
             params[key] = [_number(key, v) for v in values]
+            bad = [v for v in params[key] if v <= 0]
+            if bad:
+                raise ValueError(f"rope_parameters[{key!r}] must hold numbers > 0 (each divides the frequency of its "
+                                 f"dimension pair), got {bad[0]} among {len(values)} values")
     if "truncate" in params and not isinstance(params["truncate"], bool):
         raise ValueError(f"rope_parameters['truncate'] must be true or false, got {params['truncate']!r}")
     return params
@@ -133,6 +163,13 @@ def _stock_parameters(model_config) -> dict:
     return dict(params)
 
 
+def _top_level_original(model_config) -> int | None:
+    """The trained length a config keeps beside ``rope_parameters`` (Phi-3's ``original_max_position_embeddings``),
+    which transformers prefers to the one inside them for llama3, yarn and longrope."""
+    value = getattr(model_config, "original_max_position_embeddings", None)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 def resolve_rope_parameters(given: dict, model_config, rotary_dim: int) -> RopeScaling:
     """Fill ``given`` (checked by :func:`check_rope_parameters`) from the model's config (module docstring)."""
     stock = _stock_parameters(model_config)
@@ -140,7 +177,7 @@ def resolve_rope_parameters(given: dict, model_config, rotary_dim: int) -> RopeS
     rope_type = params["rope_type"]
     stock_max = int(getattr(model_config, "max_position_embeddings", 0) or 0)
     original = params.get("original_max_position_embeddings") or stock.get("original_max_position_embeddings") \
-        or stock_max
+        or _top_level_original(model_config) or stock_max
     if not original:
         raise ValueError(f"{model_config.model_type}: the config has no max_position_embeddings; give "
                          "rope_parameters['original_max_position_embeddings'] (the trained length)")
@@ -149,10 +186,13 @@ def resolve_rope_parameters(given: dict, model_config, rotary_dim: int) -> RopeS
         theta = 10000.0
     params["rope_theta"] = float(theta)
     own_partial = stock.get("partial_rotary_factor", getattr(model_config, "partial_rotary_factor", None))
-    if "partial_rotary_factor" in params and own_partial is not None and params["partial_rotary_factor"] != own_partial:
+    given_partial = params.get("partial_rotary_factor")
+    if given_partial is not None and given_partial != (1.0 if own_partial is None else own_partial):
+        mine = (f"the model's {own_partial}" if own_partial is not None
+                else "this model, which rotates whole heads (it has no partial_rotary_factor)")
         raise ValueError(
-            f"rope_parameters['partial_rotary_factor']={params['partial_rotary_factor']} differs from the model's "
-            f"{own_partial}: it chooses which dimensions rotate, not the context length; leave it out")
+            f"rope_parameters['partial_rotary_factor']={given_partial} differs from {mine}: it chooses which "
+            "dimensions rotate, not the context length; leave it out (rotary_fraction=... rotates part of each head)")
     if own_partial is not None:
         params["partial_rotary_factor"] = float(own_partial)
     if rope_type in ("yarn", "longrope", "llama3", "ntk"):
@@ -190,6 +230,9 @@ def extended_config(model_config, scaling: RopeScaling):
     new = copy.deepcopy(model_config)
     new.rope_parameters = copy.deepcopy(scaling.parameters)
     new.max_position_embeddings = scaling.max_position_embeddings
+    if _top_level_original(new) is not None and "original_max_position_embeddings" in scaling.parameters:
+        # transformers takes a top-level original_max_position_embeddings over the one in rope_parameters
+        new.original_max_position_embeddings = scaling.parameters["original_max_position_embeddings"]
     for attr in ("rope_scaling",):  # an older alias some configs still carry
         if attr in vars(new):
             setattr(new, attr, copy.deepcopy(scaling.parameters))
@@ -201,11 +244,14 @@ def extend_config(model_config, scaling: RopeScaling):
     transformers loads into the extended model); returns the step that restores the stock values."""
     missing = object()
     saved = {attr: vars(model_config).get(attr, missing)
-             for attr in ("rope_parameters", "rope_scaling", "max_position_embeddings")}
+             for attr in ("rope_parameters", "rope_scaling", "max_position_embeddings",
+                          "original_max_position_embeddings")}
     model_config.rope_parameters = copy.deepcopy(scaling.parameters)
     if saved["rope_scaling"] is not missing:
         model_config.rope_scaling = copy.deepcopy(scaling.parameters)
     model_config.max_position_embeddings = scaling.max_position_embeddings
+    if _top_level_original(model_config) is not None and "original_max_position_embeddings" in scaling.parameters:
+        model_config.original_max_position_embeddings = scaling.parameters["original_max_position_embeddings"]
 
     def restore() -> None:
         for attr, value in saved.items():

@@ -187,7 +187,8 @@ class PatchState(nn.Module):
                 f"(max_positions={self.plan.max_positions}, {self.describe()}) and were clamped to "
                 f"{self.plan.max_positions - 1}; " + (
                     "the learned table ends there: use a smaller strength or shorter sequences"
-                    if self.plan.scheme == "learned" else "raise max_positions, or leave it unset for no limit")
+                    if get_scheme(self.plan.scheme).reads_table
+                    else "raise max_positions, or leave it unset for no limit")
                 + ". Shown once; PatchHandle.clamped_tokens counts them all.",
                 RuntimeWarning,
                 stacklevel=4,

@@ -241,9 +241,8 @@ def _check_entry(entry, where: str) -> None:
 
 def _check_options(name: str, options: dict, where: str) -> None:
     from ..patching.config import PatchConfig
-    from ..patching.schemes import SCHEMES
 
-    valid = set(PatchConfig.common_options()) | {k for c in SCHEMES.values() for k in c.options}
+    valid = set(PatchConfig.option_names())
     for key in options:
         if key not in valid:
             raise ConfigError(f"{where}.{key}: not an option of hf_trajpe.patch{_suggest(key, valid)}")

@@ -90,7 +90,7 @@ def build_model(cfg: ExperimentConfig, tokenizer=None):
     if cfg.encoding is not None:
         encoding, options = cfg.encoding.patch_arguments()
         handle = patch(model, encoding, **options)
-        auto = any(c.encoding == "trajectory" and c.strength == "auto" for c in handle.configs)
+        auto = any(c.strength == "auto" for c in handle.configs)  # (trajectory's option; the default elsewhere)
         if auto and tokenizer is not None:
             handle.set_tokenizer(tokenizer)
     if m.lora is not None:

@@ -132,6 +132,9 @@ def test_the_command_checks_its_arguments_before_loading(tmp_path, capsys):
     assert "not JSON" in capsys.readouterr().err
     assert main([*base, "--patch", 'a={"encoding": "rope", "rope_parameters": {"rope_type": "yarn"}}']) == 2
     assert "needs factor" in capsys.readouterr().err
+    # trajectory's strength on the model's own encoding would evaluate the stock model: refused, at its default too
+    assert main([*base, "--patch", 'a={"strength": 0.2}']) == 2
+    assert "option(s) strength apply only to encoding='trajectory', not 'native'" in capsys.readouterr().err
     assert main([*base, "--kinds", "poems"]) == 2
     assert "unknown poems" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()

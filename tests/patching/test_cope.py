@@ -183,14 +183,16 @@ def test_options_route_validate_and_save(tmp_path):
     assert PatchConfig.from_dict({"encoding": "alibi"}) == PatchConfig("alibi")
     with pytest.raises(TypeError, match=r"supported options: .*max_positions.*options of cope: npos_max"):
         PatchConfig.from_options("cope", npos=3)
-    with pytest.raises(TypeError, match=r"options of cope \(encoding='cope' only\): npos_max"):
-        PatchConfig.from_options("rope", npos_max=3)
+    # an option of another encoding is refused, whatever its value (the default included), naming who takes it
+    for value in (3, 64):
+        with pytest.raises(ValueError, match=r"option\(s\) npos_max apply only to encoding='cope', not 'rope'"):
+            PatchConfig.from_options("rope", npos_max=value)
     for bad in (0, 2.5, True, 2**21):
         with pytest.raises(ValueError, match="npos_max"):
             PatchConfig("cope", scheme_options={"npos_max": bad})
-    with pytest.raises(ValueError, match="its options: none"):
+    with pytest.raises(ValueError, match="npos_max apply only to encoding='cope', not 'sinusoidal'"):
         PatchConfig("sinusoidal", scheme_options={"npos_max": 3})
-    with pytest.raises(ValueError, match="names none"):
+    with pytest.raises(ValueError, match="npos_max apply only to encoding='cope', not 'native'"):
         PatchConfig("native", scheme_options={"npos_max": 3})
     config.save(tmp_path)
     assert json.loads((tmp_path / "hf_trajpe_config.json").read_text())["scheme_options"] == {

@@ -10,7 +10,7 @@ from patch_models import build, output, random_ids
 
 import hf_trajpe
 from hf_trajpe.patching import SCHEMES, FamilyAdapter, PatchConfig, resolve_plan
-from hf_trajpe.patching.schemes import Scheme, register_scheme
+from hf_trajpe.patching.schemes import Option, Scheme, register_scheme
 from hf_trajpe.patching.schemes.sinusoidal import Sinusoidal
 
 CODE = "def f(x):\n    if x > 0:\n        return [x, {'a': (1, 2)}]\n    return None\n"
@@ -191,3 +191,55 @@ def test_the_embedding_weight_is_not_stored_on_the_state():
         output(model, input_ids=random_ids(6))
         assert not any(torch.is_tensor(v) and v is model.get_input_embeddings().weight
                        for v in vars(h.state).values())
+
+
+def _gain(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"gain (gained_sinusoid) must be a number > 0, got {value!r}")
+    return float(value)
+
+
+class GainedSinusoid(Sinusoidal):
+    """A scheme with an option of its own, declared in its class and nowhere else."""
+
+    name = "gained_sinusoid"
+    options = (*Sinusoidal.options, Option("gain", 2.0, "number > 0", "factor on the sinusoid", _gain))
+
+    def additive(self, positions, table):
+        return self.plan.config.options["gain"] * super().additive(positions, table)
+
+
+def test_a_scheme_declares_its_own_options_in_its_class(tmp_path):
+    model = build("llama")
+    ids = random_ids(9, b=2)
+    with hf_trajpe.patch(model, "sinusoidal", sinusoid_scale=3.0):
+        want = output(model, input_ids=ids)
+    with registered(GainedSinusoid):
+        config = PatchConfig("gained_sinusoid", gain=3)
+        assert config.gain == 3.0 and config.scheme_options == {"gain": 3.0}  # checked, normalised, saved there
+        assert PatchConfig("gained_sinusoid").options == {"sinusoid_scale": 1.0, "gain": 2.0}
+        with pytest.raises(ValueError, match=r"gain \(gained_sinusoid\) must be a number > 0"):
+            PatchConfig("gained_sinusoid", gain=0)
+        with pytest.raises(ValueError, match="option\\(s\\) gain apply only to encoding='gained_sinusoid' or "
+                                             "trajectory with base='gained_sinusoid', not 'rope'"):
+            hf_trajpe.patch(model, "rope", gain=2.0)
+        assert PatchConfig("trajectory", base="gained_sinusoid", gain=1.5).gain == 1.5  # the base's options apply
+        with hf_trajpe.patch(model, "gained_sinusoid", gain=3.0):
+            torch.testing.assert_close(output(model, input_ids=ids), want, rtol=0, atol=0)
+            model.save_pretrained(tmp_path)
+        back = hf_trajpe.patching.load_config(tmp_path)
+        assert back == PatchConfig("gained_sinusoid", gain=3.0)
+    with pytest.raises(TypeError, match=r"unknown patch option\(s\) \['gain'\]"):  # gone with its registration
+        PatchConfig("sinusoidal", gain=2.0)
+
+
+def test_the_options_table_of_the_docs_is_the_declarations():
+    from pathlib import Path
+
+    from hf_trajpe.patching.schemes.encodings import options_table
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "patching.md").read_text()
+    start, end = doc.index("<!-- options-table:start -->\n"), doc.index("\n<!-- options-table:end -->")
+    assert doc[start + len("<!-- options-table:start -->\n"):end] == options_table(), (
+        "docs/patching.md's option table differs from the declarations: paste "
+        "hf_trajpe.patching.schemes.encodings.options_table() between its markers")

@@ -57,6 +57,10 @@ def test_selections_resolve(spec, n, want):
     ("every:0", "N >= 1"), ("top:2:1", "only every:N takes an offset"), ("3-1", "ends before it starts"),
     ("1::0", "step 0"), ("first:2", "cannot read 'first:2'"), ("1,,2", "empty item"), ([], "non-empty"),
     ([1.5], "integers"),
+    # a step written with more digits is still 0: refused here, naming the option and the grammar (not Python's
+    # "slice step cannot be zero" when the model is patched)
+    ("::00", r"layers '::00': the slice '::00' has step 0; .*'::2'.* A layer selection is '7'"),
+    ("::-0", "has step 0"), ("1:-:2", "cannot read '1:-:2'"),
 ])
 def test_bad_selections_are_refused_without_a_model(spec, match):
     with pytest.raises(ValueError, match=match):

@@ -35,6 +35,60 @@ def test_config_validates_and_names_what_is_supported():
         PatchConfig("rope", max_positions=0)
 
 
+@pytest.mark.parametrize("encoding,options,match", [
+    # an option of another encoding is refused at any value, its default included, naming the option, the
+    # encoding asked for, and the encodings that take it
+    ("native", {"strength": 0.2}, r"option\(s\) strength apply only to encoding='trajectory', not 'native'"),
+    ("native", {"beta": 2.0}, r"option\(s\) beta apply only to encoding='trajectory', not 'native'"),
+    ("cope", {"strength": 0.2}, r"option\(s\) strength apply only to encoding='trajectory', not 'cope'"),
+    ("rope", {"strength": 0.2, "cache": False}, r"option\(s\) strength, cache apply only to encoding='trajectory'"),
+    ("rope", {"sinusoid_scale": 1.0}, r"sinusoid_scale applies only to encoding='sinusoidal' or trajectory with "
+                                      r"base='sinusoidal', not 'rope'"),
+    ("trajectory", {"base": "alibi", "rope_theta": 10000.0},
+     r"rope_theta applies only where a rotation is applied \(encoding='rope', 'native' on a model whose own "
+     r"scheme is rope, or trajectory with base='rope'\); 'trajectory' on 'alibi' uses no rotary"),
+    ("alibi", {"npos_max": 64}, r"option\(s\) npos_max apply only to encoding='cope', not 'alibi'"),
+])
+def test_options_of_another_encoding_are_refused_whatever_their_value(encoding, options, match):
+    with pytest.raises(ValueError, match=match):
+        PatchConfig(encoding, **options)
+    model = build("llama")
+    with pytest.raises(ValueError, match=match):
+        hf_trajpe.patch(model, encoding, **options)
+    assert get_handle(model) is None
+
+
+def test_options_of_the_models_own_scheme_are_checked_against_the_model():
+    """``native`` and trajectory on the model's own scheme take the options of the scheme a model can have as its
+    own (rope's), checked when the model is known; a value equal to the default is still refused there."""
+    assert PatchConfig("native", rope_theta=10000.0).options == {"rope_theta": 10000.0}
+    gpt2 = build("gpt2")
+    for encoding in ("native", "trajectory"):
+        with pytest.raises(ValueError, match=f"rope_theta applies only where a rotation is applied .*; '{encoding}' "
+                                             r"\(this patch runs .*'learned', GPT2's own scheme\) uses no rotary"):
+            hf_trajpe.patch(gpt2, encoding, rope_theta=10000.0)
+    with hf_trajpe.patch(build("llama"), "native", rotary_fraction=0.5) as handle:  # rope takes it
+        assert handle.config.rotary_fraction == 0.5
+
+
+def test_each_option_is_declared_by_the_encodings_that_take_it():
+    """Where an option lives: trajectory's in trajectory, the base's in the base; ``config.<option>`` reads the
+    options mapping (an option the encoding does not take reads as its default)."""
+    from hf_trajpe.patching.schemes import SCHEMES, SOURCES, declared_options
+
+    assert {o.name for o in SOURCES["trajectory"].options} == {
+        "base", "strength", "learnable_strength", "beta", "interpolation", "detach", "cache", "cache_size", "extend"}
+    assert {o.name for o in SCHEMES["rope"].options} == {"rope_theta", "rope_parameters", "rotary_fraction"}
+    assert {o.name for o in SCHEMES["sinusoidal"].options} == {"sinusoid_scale"}
+    config = PatchConfig("trajectory", base="sinusoidal", strength=0.3, sinusoid_scale=2)
+    assert dict(config.options) == {**{o.name: o.default for o in SOURCES["trajectory"].options}, "base": "sinusoidal",
+                                    "strength": 0.3, "sinusoid_scale": 2.0}
+    assert config.strength == 0.3 and PatchConfig("rope").strength == declared_options()["strength"].default
+    with pytest.raises(AttributeError):
+        config.no_such_option  # noqa: B018
+    assert config.replace(strength=0.5).strength == 0.5 and config.strength == 0.3
+
+
 def test_config_round_trip_drops_unknown_keys_with_a_warning(tmp_path):
     cfg = PatchConfig("trajectory", base="sinusoidal", strength=0.3, beta=1.5, interpolation="cubic")
     cfg.save(tmp_path)

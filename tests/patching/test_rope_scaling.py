@@ -233,6 +233,20 @@ def test_models_that_already_scale_are_patchable_and_rescaling_replaces():
     ({"rope_type": "linear", "factor": 0.5}, r"factor'\] must be >= 1"),
     ({"rope_type": "linear", "factor": True}, r"finite number"),
     ("yarn", r"must be a dict"),
+    # values that give NaN or a division by zero in transformers' formulas, refused naming the key
+    ({"rope_type": "linear", "factor": 0.0}, r"factor'\] must be >= 1"),
+    ({"rope_type": "longrope", "short_factor": [1.0, 0.0], "long_factor": [1.0, 1.0], "factor": 2.0},
+     r"short_factor'\] must hold numbers > 0"),
+    ({"rope_type": "longrope", "short_factor": [1.0, 1.0], "long_factor": [2.0, -1.0], "factor": 2.0},
+     r"long_factor'\] must hold numbers > 0 .*got -1.0"),
+    ({"rope_type": "yarn", "factor": 2.0, "attention_factor": 0.0}, r"attention_factor'\] must be > 0"),
+    ({"rope_type": "yarn", "factor": 2.0, "attention_factor": -1.0}, r"attention_factor'\] must be > 0"),
+    ({"rope_type": "yarn", "factor": 2.0, "beta_slow": 0.0}, r"beta_slow'\] must be > 0"),
+    ({"rope_type": "llama3", "factor": 2.0, "low_freq_factor": 0.0, "high_freq_factor": 4.0},
+     r"low_freq_factor'\] must be > 0"),
+    ({"rope_type": "llama3", "factor": 2.0, "low_freq_factor": 4.0, "high_freq_factor": 4.0},
+     r"high_freq_factor'\] \(4.0\) must be greater than rope_parameters\['low_freq_factor'\]"),
+    ({"rope_type": "linear", "factor": 2.0, "partial_rotary_factor": 1.5}, r"partial_rotary_factor'\] must be in"),
 ])
 def test_bad_rope_parameters_name_the_accepted_keys(params, match):
     with pytest.raises(ValueError, match=match):
@@ -312,3 +326,74 @@ def test_a_deep_copy_of_an_extended_model_is_extended_on_its_own():
     hf_trajpe.unpatch(twin)
     assert twin.config.max_position_embeddings == ORIGINAL and model.config.max_position_embeddings == 64
     assert torch.equal(logits(model, input_ids=ids, attention_mask=mask), want) and handle.active
+
+
+def phi3(rope_parameters: dict | None = None, max_positions: int = 64, state=None, **config):
+    cfg = T.Phi3Config(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=max_positions,
+                       pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                       rope_parameters=copy.deepcopy(rope_parameters), **config)
+    torch.manual_seed(0)
+    model = T.Phi3ForCausalLM._from_config(cfg, attn_implementation="sdpa", dtype=torch.float32).eval()
+    if state is not None:
+        model.load_state_dict(state)
+    return model
+
+
+def test_the_original_length_given_takes_effect_where_the_config_keeps_its_own_beside_rope_parameters():
+    """Phi-3 keeps ``original_max_position_embeddings`` (4096) beside ``rope_parameters``, and transformers takes
+    that one over the one inside them: the length the user gives must be the one the frequencies use."""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    model = phi3()
+    ids, mask = ids_and_mask()
+    stock = logits(model, input_ids=ids, attention_mask=mask)
+    got = {}
+    for original in (16, 32, 64):
+        yarn = {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": original}
+        with hf_trajpe.patch(model, "rope", rope_parameters=yarn) as handle:
+            assert handle.config.rope_parameters["original_max_position_embeddings"] == original
+            assert model.config.original_max_position_embeddings == original
+            assert model.config.max_position_embeddings == 2 * original
+            got[original] = logits(model, input_ids=ids, attention_mask=mask)
+            # the frequencies are transformers' YaRN for that length (a Phi-3 config turns yarn into longrope,
+            # so the reference is the formula on a plain config)
+            reference = T.LlamaConfig(hidden_size=64, num_attention_heads=4, head_dim=16,
+                                      max_position_embeddings=2 * original, rope_parameters=dict(yarn))
+            inv_freq, scaling = ROPE_INIT_FUNCTIONS["yarn"](reference, None)
+            rotary = model.model.rotary_emb.frequencies
+            assert torch.equal(rotary.inv_freq, inv_freq) and rotary.attention_scaling == scaling
+    assert not torch.allclose(got[16], got[32], atol=1e-4) and not torch.allclose(got[32], got[64], atol=1e-4)
+    assert model.config.original_max_position_embeddings == 4096  # unpatch restores the model's own
+    assert torch.equal(logits(model, input_ids=ids, attention_mask=mask), stock)
+    # longrope, Phi-3's own extension: the model transformers builds with that config
+    longrope = {"rope_type": "longrope", "short_factor": [1.0] * 8, "long_factor": [2.0 + 0.5 * i for i in range(8)],
+                "factor": 2.0, "original_max_position_embeddings": 16}
+    reference = phi3(longrope, max_positions=32, state=model.state_dict(), original_max_position_embeddings=16)
+    with hf_trajpe.patch(model, "rope", rope_parameters=longrope):
+        assert torch.equal(logits(model, input_ids=ids, attention_mask=mask), stock_logits(reference, ids, mask))
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_a_partial_rotary_factor_on_a_model_that_rotates_whole_heads_is_refused_when_patching(family):
+    model = build("llama") if family == "llama" else T.GPT2LMHeadModel(
+        T.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64))
+    params = {"rope_type": "linear", "factor": 2.0, "partial_rotary_factor": 0.5}
+    with pytest.raises(ValueError, match=r"partial_rotary_factor'\]=0.5 differs from this model, which rotates whole "
+                                         r"heads .*leave it out \(rotary_fraction=... rotates part of each head\)"):
+        hf_trajpe.patch(model, "rope", rope_parameters=params)
+    assert hf_trajpe.get_handle(model) is None
+    with hf_trajpe.patch(model, "rope", rope_parameters={**params, "partial_rotary_factor": 1.0}):  # what it does
+        model(input_ids=torch.randint(3, 64, (1, 40)))
+
+
+def test_a_model_without_a_rotary_module_keeps_its_position_table_size(tmp_path):
+    """GPT-2's ``max_position_embeddings`` is the size of its learned table, which its weights fix: an extension
+    of a rotation inside attention leaves it (and the saved config) as it is, so plain transformers still loads
+    the saved model; only a model whose rotary module transformers builds from its config follows the extension."""
+    gpt2 = T.GPT2LMHeadModel(T.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64, n_positions=64))
+    with hf_trajpe.patch(gpt2, "rope", rope_parameters={"rope_type": "yarn", "factor": 2.0}) as handle:
+        assert handle.config.rope_parameters["original_max_position_embeddings"] == 64
+        assert gpt2.config.max_position_embeddings == 64
+        gpt2.save_pretrained(tmp_path)
+    T.GPT2LMHeadModel.from_pretrained(tmp_path)  # the table's 64 rows load into a model of 64 positions

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from ..schemes import SCHEMES
+from ..schemes import NATIVE, SCHEMES, SOURCES
 from ..types import StepState
 
 __all__ = ["FamilyAdapter"]
@@ -71,7 +71,7 @@ class FamilyAdapter:
     def encodings(self) -> tuple[str, ...]:
         """What ``hf_trajpe.patch`` accepts for this family, from the schemes' declared needs."""
         own = tuple(n for n, c in SCHEMES.items() if c.selectable and c.supported_by(self.provides))
-        return ("native", *own, *(("trajectory",) if self.trajectory_bases else ()))
+        return (NATIVE, *own, *(SOURCES if self.trajectory_bases else ()))
 
     def eager_attention(self, base: nn.Module) -> Callable:
         """The family's stock eager attention function (wrapped when biases or rotations go inside)."""

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from ..schemes import SCHEMES
+from ..schemes import NATIVE, SCHEMES, SOURCES
 from .adapter import FamilyAdapter
 
 __all__ = ["OverrideAdapter", "shadow_method"]
@@ -49,7 +49,7 @@ class OverrideAdapter(FamilyAdapter):
     def encodings(self) -> tuple[str, ...]:
         own = tuple(n for n, c in SCHEMES.items() if c.selectable and n in self.carries
                     and c.supported_by(self.provides))
-        return ("native", *own, *(("trajectory",) if self.trajectory_bases else ()))
+        return (NATIVE, *own, *(SOURCES if self.trajectory_bases else ()))
 
     def eager_attention(self, base: nn.Module) -> None:
         """None: an override's attention is the model's own code, not transformers' attention functions."""

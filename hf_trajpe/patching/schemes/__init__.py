@@ -1,20 +1,17 @@
-"""Positional schemes as plug-ins: one module each, registered by name (see ``scheme.py``).
+"""Positional schemes and position sources as plug-ins: one module each, registered by name (see
+``scheme.py`` and ``source.py``), each declaring its own options (``option.py``; which encoding takes which:
+``encodings.py``).
 
 Import order is registration order, which is the order error messages and ``SUPPORTED`` list them.
 """
 
-from . import sinusoidal, rope, alibi, nope, learned, cope  # noqa: F401, I001  (registers them, in this order)
+from . import sinusoidal, rope, alibi, nope, learned, cope, trajectory  # noqa: F401, I001  (registers them, in this order)
+from .encodings import NATIVE, declared_options, encoding_names, trajectory_base_names
+from .option import Option
 from .scheme import CONTRIBUTIONS, SCHEMES, Scheme, check_interpolation, get_scheme, register_scheme
+from .source import SOURCES, PositionSource, register_source
 
-__all__ = ["CONTRIBUTIONS", "SCHEMES", "Scheme", "check_interpolation", "encoding_names", "get_scheme",
-           "register_scheme", "trajectory_base_names"]
-
-
-def encoding_names() -> tuple[str, ...]:
-    """What ``hf_trajpe.patch`` accepts as ``encoding``: the model's own, each selectable scheme, trajectory."""
-    return ("native", *(n for n, c in SCHEMES.items() if c.selectable), "trajectory")
-
-
-def trajectory_base_names() -> tuple[str, ...]:
-    """Schemes that read fractional positions, hence can carry trajectory positions."""
-    return tuple(n for n, c in SCHEMES.items() if c.fractional)
+__all__ = ["CONTRIBUTIONS", "NATIVE", "SCHEMES", "SOURCES", "Option", "PositionSource", "Scheme",
+           "check_interpolation", "declared_options", "encoding_names", "get_scheme", "register_scheme",
+           "register_source",
+           "trajectory_base_names"]

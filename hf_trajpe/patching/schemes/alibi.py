@@ -17,6 +17,7 @@ class Alibi(Scheme):
     name = "alibi"
     contributes = "bias"
     fractional = True
+    model_own = True
     interpolations = ("exact",)
     interpolation_advice = "ALiBi is linear in position, hence always exact: use interpolation 'exact'"
     needs_key_positions = True

@@ -25,12 +25,27 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .option import Option
 from .scheme import Scheme, register_scheme
 
 #: the most learned positions (the same bound as ``max_positions``)
 MAX_NPOS = 2**20
 #: ``position_logit_scale`` -> the factor of ``q . e(p)`` given the head width
 POSITION_LOGIT_SCALES = {"unscaled": lambda head_width: 1.0, "sqrt_d": lambda head_width: head_width ** -0.5}
+
+
+def _npos_max(value):
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_NPOS:
+        raise ValueError(f"npos_max (cope) must be an integer from 1 to {MAX_NPOS:,}, got {value!r}")
+    return value
+
+
+def _position_logit_scale(value):
+    if not isinstance(value, str) or value not in POSITION_LOGIT_SCALES:
+        names = ", ".join(map(repr, POSITION_LOGIT_SCALES))
+        raise ValueError(f"position_logit_scale (cope) must be one of {names} (the paper's listing, or the "
+                         f"reference repository's division by sqrt(head width)); got {value!r}")
+    return value
 
 
 @register_scheme
@@ -47,18 +62,13 @@ class Cope(Scheme):
         "flex_attention": "its positions are cumulative sums of gates over each query's keys, which a flex "
                           "score_mod cannot compute; the precomputed term would cost what sdpa costs",
     }
-    options = {"npos_max": 64, "position_logit_scale": "unscaled"}
-
-    @classmethod
-    def check_option(cls, name: str, value: object) -> object:
-        if name == "npos_max":
-            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_NPOS:
-                raise ValueError(f"npos_max (cope) must be an integer from 1 to {MAX_NPOS:,}, got {value!r}")
-        if name == "position_logit_scale" and value not in POSITION_LOGIT_SCALES:
-            names = ", ".join(map(repr, POSITION_LOGIT_SCALES))
-            raise ValueError(f"position_logit_scale (cope) must be one of {names} (the paper's listing, or the "
-                             f"reference repository's division by sqrt(head width)); got {value!r}")
-        return value
+    options = (
+        Option("npos_max", 64, f"integer from 1 to {MAX_NPOS:,}",
+               "the learned positions per layer (contextual positions are clamped to npos_max - 1)", _npos_max),
+        Option("position_logit_scale", "unscaled", ", ".join(map(repr, POSITION_LOGIT_SCALES)),
+               "how q . e(p) enters the logits: as it is (the paper's listing) or divided by sqrt(head width) "
+               "(the reference repository)", _position_logit_scale),
+    )
 
     @classmethod
     def check_model(cls, plan) -> None:
@@ -68,8 +78,8 @@ class Cope(Scheme):
 
     def __init__(self, plan) -> None:
         super().__init__(plan)
-        self.npos_max = int(plan.config.scheme_options["npos_max"])
-        self.position_logit_scale = str(plan.config.scheme_options.get("position_logit_scale", "unscaled"))
+        self.npos_max = int(plan.config.options["npos_max"])
+        self.position_logit_scale = str(plan.config.options["position_logit_scale"])
         self.position_factor = float(POSITION_LOGIT_SCALES[self.position_logit_scale](plan.head_dim))
         self.vectors = nn.ParameterList(
             nn.Parameter(torch.zeros(plan.head_dim, self.npos_max)) for _ in range(plan.attention_modules)

@@ -18,6 +18,8 @@ class LearnedTable(Scheme):
     contributes = "additive"
     selectable = False  # on a model with a table it is "native"; without one there is nothing to learn from
     fractional = True
+    model_own = True
+    reads_table = True
     interpolations = ("linear", "cubic")
     interpolation_advice = "a learned table exists only at integer rows: use interpolation linear or cubic"
 

@@ -12,7 +12,48 @@ import torch
 
 from ...encodings.interpolation import interpolate_rows
 from ...encodings.rotary import rotary_cos_sin
+from ..rope_scaling import check_rope_parameters
+from .option import Option, is_number
 from .scheme import Scheme, register_scheme, table_rows_for
+
+#: how an option of the rotation is refused where none is applied
+WITHOUT_ROTATION = ("{name} applies only where a rotation is applied ({takers}); {desc} uses no rotary, so it "
+                    "would be ignored: leave {name} out")
+
+
+def _rope_theta(value):
+    if not (is_number(value) and value > 1):
+        raise ValueError(f"rope_theta must be a number > 1, got {value!r}")
+    return value
+
+
+def _rope_parameters(value):
+    return None if value is None else check_rope_parameters(value)
+
+
+def _rotary_fraction(value):
+    if value is None:
+        return None
+    if not (is_number(value) and 0 < value <= 1):
+        raise ValueError(f"rotary_fraction must be a number in (0, 1] (the share of each head that rotates), "
+                         f"got {value!r}")
+    return float(value)
+
+
+ROPE_THETA = Option(
+    "rope_theta", 10000.0, "number > 1",
+    "base of the rotary frequencies where the rotation runs inside attention (a model without a rotary module, "
+    "or rotary_fraction); a model's own rotary module keeps its own", _rope_theta, saved="top",
+    refusal=WITHOUT_ROTATION)
+ROPE_PARAMETERS = Option(
+    "rope_parameters", None, "dict (transformers' config.rope_parameters), or None",
+    "context extension of the rotation: rope_type default, linear, dynamic, yarn, longrope, llama3 or ntk with "
+    "their keys, saved with every default filled in", _rope_parameters, saved="top_if_set",
+    refusal="rope_parameters extends a rotary encoding: give it with {takers}, not {desc}")
+ROTARY_FRACTION = Option(
+    "rotary_fraction", None, "number in (0, 1], or None",
+    "the share of each head's width that rotates (the rest passes unrotated), at default frequencies; None: the "
+    "model's own width", _rotary_fraction, saved="top_if_set", format_version=2, refusal=WITHOUT_ROTATION)
 
 
 @register_scheme
@@ -22,6 +63,15 @@ class Rope(Scheme):
     fractional = True
     interpolations = ("exact", "linear", "cubic")
     needs_key_positions = True
+    model_own = True
+    options = (ROPE_THETA, ROPE_PARAMETERS, ROTARY_FRACTION)
+
+    @classmethod
+    def check_values(cls, values: dict) -> dict:
+        if values["rotary_fraction"] is not None and values["rope_parameters"] is not None:
+            raise ValueError("rotary_fraction and rope_parameters cannot be combined: rotary_fraction rotates part "
+                             "of each head with default frequencies; give one or the other")
+        return values
 
     def __init__(self, plan) -> None:
         super().__init__(plan)

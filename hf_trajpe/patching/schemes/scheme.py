@@ -13,9 +13,9 @@ What a scheme contributes (``contributes``):
   themselves, per layer (``score_bias``; CoPE),
 - ``"nothing"``: no positional signal at all (NoPE).
 
-A scheme may declare options of its own (``options``: name -> default); ``hf_trajpe.patch`` routes
-keyword options that the chosen scheme declares into ``PatchConfig.scheme_options``, validated by
-:meth:`Scheme.check_options`.
+A scheme declares the options it reads (``options``: a tuple of :class:`~.option.Option`, with their
+checks); ``hf_trajpe.patch`` takes them as keywords where the scheme runs (as the encoding, as
+trajectory's base, or as ``native`` on a model whose own scheme it is) and refuses them elsewhere.
 
 Shape legend: ``b`` batch, ``n`` new tokens, ``t`` all key positions (cache + new), ``h`` heads,
 ``d`` model width, ``r`` rotary width.
@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from ..types import PlanView
+from .option import Option, declare_options
 
 __all__ = ["CONTRIBUTIONS", "SCHEMES", "Scheme", "register_scheme", "get_scheme", "check_interpolation",
            "table_rows_for"]
@@ -63,8 +64,13 @@ class Scheme(nn.Module):
     needs_key_positions: ClassVar[bool] = False
     #: attention implementations it runs on, when it enters through our attention functions
     attention_implementations: ClassVar[tuple[str, ...]] = ("eager", "sdpa", "flex_attention")
-    #: options of its own (name -> default), saved in ``PatchConfig.scheme_options``
-    options: ClassVar[dict[str, object]] = {}
+    #: reads the model's own position table, whose rows are then the position limit
+    reads_table: ClassVar[bool] = False
+    #: some model families have it as their own encoding (what ``native`` runs), so its options go with
+    #: ``native`` and with trajectory on the model's own scheme (checked once the model is known)
+    model_own: ClassVar[bool] = False
+    #: the options it reads (``PatchConfig.options``; module docstring)
+    options: ClassVar[tuple[Option, ...]] = ()
 
     def __init__(self, plan: PlanView) -> None:
         super().__init__()
@@ -86,19 +92,16 @@ class Scheme(nn.Module):
         """Refuse a model this scheme cannot run on (beyond ``supported_by``); default: accept."""
 
     @classmethod
-    def check_options(cls, given: dict) -> dict:
-        """Every declared option (the defaults where not ``given``), each checked by :meth:`check_option`;
-        raises ``ValueError`` for an option the scheme does not declare."""
-        unknown = sorted(set(given) - set(cls.options))
-        if unknown:
-            declared = ", ".join(cls.options) or "none"
-            raise ValueError(f"{cls.name} has no option(s) {', '.join(unknown)}; its options: {declared}")
-        return {k: cls.check_option(k, given.get(k, default)) for k, default in cls.options.items()}
+    def check_values(cls, values: dict) -> dict:
+        """Checks that involve several of its options, on all of them (each one already checked by its
+        ``Option.check``); returns ``values``, normalised where needed. Default: none."""
+        return values
 
     @classmethod
-    def check_option(cls, name: str, value: object) -> object:
-        """The validated (normalised) value of one declared option; raises ``ValueError`` or ``TypeError``."""
-        return value
+    def resolve_values(cls, values: dict, model: nn.Module) -> dict:
+        """Its option values with what depends on the model settled (``sinusoid_scale="embeddings"``), at
+        patch time, so a saved patch reloads with the same numbers. Default: as they are."""
+        return values
 
     # -- contributions (the engine calls only the one matching ``contributes``) ---------------------
     def additive(self, positions: torch.Tensor, table: torch.Tensor | None) -> torch.Tensor:
@@ -136,8 +139,7 @@ def register_scheme(cls: type[Scheme]) -> type[Scheme]:
         raise ValueError(f"a scheme named {cls.name!r} is already registered ({SCHEMES[cls.name].__name__})")
     if not cls.interpolations:
         raise ValueError(f"scheme {cls.__name__} declares no interpolation mode")
-    if not isinstance(cls.options, dict) or not all(isinstance(k, str) for k in cls.options):
-        raise ValueError(f"scheme {cls.__name__} must declare its options as a dict of name -> default")
+    declare_options(cls.name, cls.options)
     SCHEMES[cls.name] = cls
     return cls
 
