@@ -1,0 +1,16 @@
+"""RULER's synthetic long-context tasks (Hsieh et al., COLM 2024), generated offline with the model's own
+tokenizer to an exact token length, on haystacks of every content type. See docs/evaluation.md, "RULER".
+
+    >>> from hf_trajpe.evaluation.ruler import run_ruler
+    >>> table = run_ruler(model, tokenizer, tasks=["niah_single_1", "vt"], lengths=[4096], samples=5,
+    ...                   haystacks=["noise", "code_hierarchy"], seed=0)
+"""
+
+from . import common_words, frequent_words, niah, variable_tracking  # noqa: F401  (register the tasks)
+from .haystacks import HAYSTACK_REGISTRY, Haystack, get_haystack, haystack_names, register_haystack
+from .scoring import postprocess_pred, string_match_all, string_match_part
+from .task import RULER_TASKS, RulerTask, Sample, get_task, register_ruler_task, task_names
+
+__all__ = ["HAYSTACK_REGISTRY", "RULER_TASKS", "Haystack", "RulerTask", "Sample", "get_haystack", "get_task",
+           "haystack_names", "postprocess_pred", "register_haystack", "register_ruler_task", "string_match_all",
+           "string_match_part", "task_names"]
