@@ -3,7 +3,9 @@
 Reproduced from RULER (Hsieh et al., COLM 2024), ``scripts/eval/synthetic/constants.py`` and
 ``scripts/eval/evaluate.py`` of NVIDIA/RULER, as lm-evaluation-harness carries them in
 ``lm_eval/tasks/ruler/common_utils.py`` (``postprocess_pred``, ``string_match_all``, ``string_match_part``).
-Scores are fractions in [0, 1] (RULER prints them times 100).
+Scores are fractions in [0, 1] (RULER prints them times 100). ``string_match_part`` is RULER's own (1 when
+any reference is found); the harness's copy takes the largest fraction found instead, which differs when a
+sample has several references.
 """
 
 from __future__ import annotations
