@@ -32,6 +32,8 @@ __all__ = ["HAYSTACK_REGISTRY", "MAX_UNIT_CHARS", "NEEDLE", "NOISE", "Haystack",
 NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
 NEEDLE = "One of the special magic {type_needle_v} for {key} is: {value}."
 MAX_UNIT_CHARS = 200
+BATCH = 8  # documents of a generated content type made at a time
+CUT_SLACK = 16  # the last unit is cut at a space at most this many characters before the budget, else mid-word
 NeedleTypes = tuple[str, str]  # (type_needle_k, type_needle_v)
 #: (seed, at least this many characters, the task's needle types) -> documents; fewer when there are no more
 Documents = Callable[[int, int, NeedleTypes], list[str]]
@@ -79,7 +81,8 @@ def _cut(line: str) -> list[str]:
 
 class HaystackStream:
     """The units of one sample's haystack, made on demand: ``units(n_chars)`` is the longest prefix of the
-    stream with at most ``n_chars`` characters (newlines counted), its last unit cut to fill the rest."""
+    stream with at most ``n_chars`` characters (newlines counted), its last unit cut to fill the rest (at a
+    space when one is within ``CUT_SLACK`` characters, so one step of the size stays small)."""
 
     def __init__(self, haystack: Haystack, seed: int, needle_types: NeedleTypes = ("words", "numbers")):
         self.haystack, self.seed, self.needle_types = haystack, seed, needle_types
@@ -89,19 +92,19 @@ class HaystackStream:
         self.exhausted = False
 
     def _fill(self, n_chars: int) -> None:
-        if self._chars >= n_chars or self.exhausted:
-            return
-        want = max(n_chars, 2 * self._asked, 4096)
-        self._asked = want
-        docs = self.haystack.documents(self.seed, want, self.needle_types)
-        units: list[str] = []
-        for k, doc in enumerate(docs):
-            if k:
-                units.append("")
-            units += [piece for line in doc.splitlines() for piece in _cut(line.rstrip())]
-        self._units = units
-        self._chars = sum(len(u) + 1 for u in units)
-        self.exhausted = self._chars < want
+        """Ask the haystack for more documents until the units hold ``n_chars``; a haystack that gives no
+        more on a larger request has run out (``exhausted``)."""
+        while self._chars < n_chars and not self.exhausted:
+            want = max(n_chars + n_chars // 4, 2 * self._asked, 4096)
+            self._asked = want
+            units: list[str] = []
+            for k, doc in enumerate(self.haystack.documents(self.seed, want, self.needle_types)):
+                if k:
+                    units.append("")
+                units += [piece for line in doc.splitlines() for piece in _cut(line.rstrip())]
+            chars = sum(len(u) + 1 for u in units)
+            self.exhausted = chars <= self._chars
+            self._units, self._chars = units, chars
 
     @property
     def capacity(self) -> int | None:
@@ -115,7 +118,7 @@ class HaystackStream:
             if used + len(unit) + 1 > n_chars:
                 rest = n_chars - used - 1
                 if rest > 0:
-                    space = unit.rfind(" ", 0, rest + 1)
+                    space = unit.rfind(" ", max(1, rest - CUT_SLACK), rest + 1)  # a word boundary close by
                     out.append(unit[:space if space > 0 else rest])
                 break
             out.append(unit)
@@ -139,16 +142,20 @@ def _needles(seed: int, n_chars: int, needle_types: NeedleTypes) -> list[str]:
 
 
 def _content_type(name: str) -> Documents:
+    """Test documents of a generated content type, in batches of ``BATCH`` with seeds derived from the
+    sample's (a generator's split need not keep its first documents when asked for more)."""
+
     def documents(seed: int, n_chars: int, needle_types: NeedleTypes) -> list[str]:
         from ...data.build import DEFAULT_MIN_CHARS
         from ...data.registry import get
 
-        count = n_chars // DEFAULT_MIN_CHARS + 2
-        while True:
-            docs = [r["text"] for r in get(name).make_splits({"test": count}, seed, DEFAULT_MIN_CHARS)["test"]]
-            if sum(len(d) + 2 for d in docs) >= n_chars or len(docs) < count:
-                return docs
-            count *= 2
+        docs: list[str] = []
+        batch = 0
+        while sum(len(d) + 2 for d in docs) < n_chars:
+            rows = get(name).make_splits({"test": BATCH}, seed * 1009 + batch, DEFAULT_MIN_CHARS)["test"]
+            docs += [r["text"] for r in rows]
+            batch += 1
+        return docs
 
     return documents
 

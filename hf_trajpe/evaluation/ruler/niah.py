@@ -88,7 +88,7 @@ def make_niah(spec: NeedleSpec, tokenizer, length: int, haystack: Haystack, rng:
         shell = template.format(type_needle_v=type_v, context="\n".join(needles), query=query)
         if _placed_once(prompt, shell, keys, values):
             answers = [v for q in queries for v in values[keys.index(q)]]
-            return prompt, answers, tokens, {"depths": depths, "queries": queries}
+            return prompt, answers, tokens, {"depths": depths, "queries": queries, "haystack_seed": stream.seed}
     raise FitError(f"niah on {haystack.name}: could not place needles whose keys and values occur only where "
                    f"they are put in {ATTEMPTS} draws; the haystack repeats the needle values")
 

@@ -73,7 +73,7 @@ def make_vt(tokenizer, length: int, haystack: Haystack, rng: random.Random):
         prompt, tokens = fit_length(build, tokenizer, length, f"vt at {length} tokens on {haystack.name}",
                                     start=2 * length, limit=lambda: stream.capacity)  # noqa: B023
         if all(prompt.count(f"VAR {n} =") == 1 for n in names) and prompt.count(value) == 3:
-            return prompt, names, tokens, {"depths": depths, "value": value}
+            return prompt, names, tokens, {"depths": depths, "value": value, "haystack_seed": stream.seed}
     raise FitError(f"vt on {haystack.name}: the haystack keeps holding the chain's variables or value; "
                    "choose another haystack")
 
