@@ -6,7 +6,9 @@ tokenizer to an exact token length, on haystacks of every content type. See docs
     ...                   haystacks=["noise", "code_hierarchy"], seed=0)
 """
 
-from . import common_words, frequent_words, niah, variable_tracking  # noqa: F401  (register the tasks)
+# register the tasks, in RULER's order
+from . import niah, variable_tracking  # noqa: F401, I001
+from . import common_words, frequent_words  # noqa: F401, I001
 from .haystacks import HAYSTACK_REGISTRY, Haystack, get_haystack, haystack_names, register_haystack
 from .report import write_ruler_report
 from .runner import RulerTable, make_samples, run_ruler

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-__all__ = ["DEPTHS", "TOLERANCE", "FitError", "encode", "fit_length", "insert_at_depths"]
+__all__ = ["DEPTHS", "TOLERANCE", "FitError", "encode", "fit_length", "fit_size", "insert_at_depths"]
 
 TOLERANCE = 0.01
 #: RULER's needle depths (percent of the haystack): 40 points from 0 to 100
@@ -31,9 +31,16 @@ def encode(tokenizer, text: str) -> list[int]:
 
 def fit_length(build: Callable[[int], str], tokenizer, target: int, what: str, start: int = 64,
                limit: Callable[[], int | None] = lambda: None) -> tuple[str, int]:
-    """The text ``build(size)`` of the largest ``size`` whose token count is at most ``target``, and that
+    """:func:`fit_size`'s text and token count."""
+    return fit_size(build, tokenizer, target, what, start, limit)[1:]
+
+
+def fit_size(build: Callable[[int], str], tokenizer, target: int, what: str, start: int = 64,
+             limit: Callable[[], int | None] = lambda: None, strict: bool = True) -> tuple[int, str, int]:
+    """The size, text ``build(size)`` of the largest ``size`` whose token count is at most ``target``, and that
     count. ``build`` must grow with ``size``; ``limit()`` is the largest useful size once known (a haystack
-    that has run out). Raises :class:`FitError` when the result is not within ``TOLERANCE`` of ``target``."""
+    that has run out). Raises :class:`FitError` when the result is not within ``TOLERANCE`` of ``target``
+    (``strict=False``: returns it anyway, for a coarse first stage that a finer one completes)."""
     cache: dict[int, tuple[str, int]] = {}
 
     def count(size: int) -> int:
@@ -57,11 +64,11 @@ def fit_length(build: Callable[[int], str], tokenizer, target: int, what: str, s
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if count(mid) <= target else (lo, mid)
     text, tokens = cache[lo]
-    if tokens < (1 - TOLERANCE) * target:
+    if strict and tokens < (1 - TOLERANCE) * target:
         raise FitError(f"{what}: the prompt reaches only {tokens} of {target} tokens (haystack used up, or one "
                        "step of its size is too coarse for this length); choose a shorter length or another "
                        "haystack")
-    return text, tokens
+    return lo, text, tokens
 
 
 def insert_at_depths(units: Sequence[str], items: Sequence[str], depths: Sequence[float]) -> list[str]:

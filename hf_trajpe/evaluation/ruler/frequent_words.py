@@ -4,7 +4,8 @@ Template, answer prefix, the vocabulary (``length // 50`` random 6-letter words,
 replaced by ``...`` as noise), the counts ``int(n * k^-alpha / zeta(alpha))`` with ``alpha = 2`` and
 ``tokens_to_generate`` = 50 follow RULER (``scripts/data/synthetic/freq_words_extraction.py`` of
 NVIDIA/RULER; ``lm_eval/tasks/ruler/fwe_utils.py``). The text is the task's own haystack; the number of
-words ``n`` is bisected.
+words ``n`` is bisected, then the rest up to the length is filled with more of the noise word ``...`` (one
+step of ``n`` can add several words: too coarse for 1% at short lengths); the answer does not change.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import math
 import random
 
-from .fitting import fit_length
+from .fitting import fit_length, fit_size
 from .task import RulerTask, register_ruler_task
 from .words import coded_word
 
@@ -45,13 +46,16 @@ def make_fwe(tokenizer, length: int, haystack, rng: random.Random):
     norm = zeta(ALPHA)
     seed = rng.randrange(2**31)
 
-    def build(n: int) -> str:
+    def build(n: int, dots: int = 0) -> str:
         listed = [w for k, w in enumerate(words, start=1) for _ in range(int(n * k**-ALPHA / norm))]
+        listed += ["..."] * dots
         random.Random(seed).shuffle(listed)
         return (TEMPLATE + ANSWER_PREFIX).format(context=" ".join(listed))
 
-    prompt, tokens = fit_length(build, tokenizer, length, f"fwe at {length} tokens", start=max(1, length // 6))
-    return prompt, words[1:4], tokens, {}
+    what = f"fwe at {length} tokens"
+    n, _, _ = fit_size(build, tokenizer, length, what, start=max(1, length // 6), strict=False)
+    prompt, tokens = fit_length(lambda dots: build(n, dots), tokenizer, length, what, start=8)
+    return prompt, words[1:4], tokens, {"words": n}
 
 
 register_ruler_task(RulerTask(
