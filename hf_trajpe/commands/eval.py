@@ -14,6 +14,11 @@ retrieval, for a model as loaded and patched (context extensions), written as ``
     hf-trajpe eval --long-context 12288 --model stock=M --model yarn=M \
                    --patch yarn='{"encoding": "rope", "rope_parameters": {"rope_type": "yarn", "factor": 2}}' \
                    --passkey-lengths 4096 12288 --out outputs/long
+
+RULER's synthetic tasks instead (``--ruler``; ``ruler.json``, ``ruler.md``, ``ruler_vs_length.png``)::
+
+    hf-trajpe eval --long-context 4096 --ruler --ruler-lengths 2048 4096 8192 --model stock=M --model yarn=M \
+                   --patch yarn='{...}' --haystacks noise code_hierarchy real_prose --samples 10 --out outputs/ruler
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import argparse
 from pathlib import Path
 
 from . import _args
+from ._ruler import add_ruler_arguments, check_ruler, run_ruler_command
 
 NAME = "eval"
 HELP = "evaluate models per content type: cross-entropy, perplexity, accuracy, deltas with bootstrap CIs"
@@ -84,6 +90,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     long.add_argument("--prefill-chunk", type=_args.int_at_least(16, "the prefill chunk"), default=None,
                       metavar="TOKENS", help="read each document this many tokens at a time through the KV cache, "
                                              "bounding memory at long lengths (default: one forward)")
+    add_ruler_arguments(p)
 
 
 def _patch(text: str) -> tuple[str, dict]:
@@ -139,6 +146,7 @@ def check(args: argparse.Namespace) -> None:
     if getattr(args, "patch", None) and args.long_context is None:
         raise ValueError("--patch applies to --long-context evaluations; for the content types, evaluate saved "
                          "models (save a patched model with save_pretrained)")
+    check_ruler(args)
     if args.baseline is not None and args.baseline not in names:
         raise ValueError(f"--baseline {args.baseline!r} is not among the --model names {names}; "
                          "use one of them (default: the first)")
@@ -179,6 +187,9 @@ def _run_long_context(args: argparse.Namespace) -> int:
             PatchConfig.from_options(options.pop("encoding", "native"), **options)
         except TypeError as err:  # an option the encoding does not take
             raise ValueError(f"--patch {name}: {err}") from None
+    if args.ruler:
+        with output_folder(args.out, "--out"):  # before any model is loaded; removed again if empty after a failure
+            return run_ruler_command(args, {n: p[0] for n, p in models.items()}, patches)
     kinds = args.kinds or list(LONG_KINDS)
     bad = [k for k in kinds if k not in LONG_KINDS]
     if bad:

@@ -22,7 +22,16 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from .lm_eval_data import ANSWER_TASKS, ANSWERS_TAG, DATA_DIR_KEY, PASSKEY_TAG, PPL_TAG, expand_tasks, write_task_data
+from .lm_eval_data import (
+    ANSWER_TASKS,
+    ANSWERS_TAG,
+    DATA_DIR_KEY,
+    PASSKEY_TAG,
+    PPL_TAG,
+    RULER_TAG,
+    expand_tasks,
+    write_task_data,
+)
 
 __all__ = ["ANSWER_TASKS", "TASKS_DIR", "evaluate", "harness_lm", "require_lm_eval", "table", "task_manager",
            "task_names", "write_task_data"]
@@ -42,8 +51,9 @@ def require_lm_eval():
 
 
 def task_names() -> list[str]:
-    """The local task names and tags (``hf_trajpe_ppl``, ``hf_trajpe_answers``, ``hf_trajpe_passkey``)."""
-    return [PPL_TAG, ANSWERS_TAG, PASSKEY_TAG, *sorted(p.stem for p in TASKS_DIR.glob("*.yaml"))]
+    """The local task names and tags (``hf_trajpe_ppl``, ``hf_trajpe_answers``, ``hf_trajpe_passkey``,
+    ``hf_trajpe_ruler``)."""
+    return [PPL_TAG, ANSWERS_TAG, PASSKEY_TAG, RULER_TAG, *sorted(p.stem for p in TASKS_DIR.glob("*.yaml"))]
 
 
 def task_manager(data_dir: str | os.PathLike):

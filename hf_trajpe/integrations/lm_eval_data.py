@@ -6,6 +6,7 @@ harness calls and ``hf-trajpe lm-eval`` stay light. Layout of a data folder::
     manifest.json                       the options the files were written with
     ppl/<content type>.jsonl            {"text", "source"}: the test documents of each content type
     answers/<task>/<split>.jsonl        {"prompt", "answer", "length", "source"}: known-answer tasks
+    ruler/<task>.jsonl                  {"prompt", "answers", "target", ...}: RULER prompts (lm_eval_ruler.py)
 
 The perplexity documents are the test split ``hf-trajpe eval --n-test N --data-seed S`` scores (the same
 generator call), and the answer rows the test splits of ``hf_trajpe.data.tasks.build_task(name, test=N,
@@ -20,7 +21,8 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["ANSWERS_TAG", "ANSWER_TASKS", "DATA_DIR_KEY", "PASSKEY_TAG", "PPL_TAG", "answer_path", "expand_tasks",
+__all__ = ["ANSWERS_TAG", "ANSWER_TASKS", "DATA_DIR_KEY", "PASSKEY_TAG", "PPL_TAG", "RULER_TAG", "answer_path",
+           "expand_tasks", "ruler_path", "ruler_task",
            "perplexity_path", "perplexity_task", "read_jsonl", "write_task_data"]
 
 #: the known-answer tasks: each test split and the name of its shipped harness task (lm_eval_tasks/<name>.yaml)
@@ -35,6 +37,8 @@ ANSWER_TASKS: dict[str, dict[str, str]] = {
 }
 #: the harness tags of the shipped tasks
 PPL_TAG, ANSWERS_TAG, PASSKEY_TAG = "hf_trajpe_ppl", "hf_trajpe_answers", "hf_trajpe_passkey"
+#: the tag of the RULER tasks, whose prompts ``hf_trajpe.integrations.lm_eval_ruler.write_ruler_data`` writes
+RULER_TAG = "hf_trajpe_ruler"
 #: the harness metadata key (``--metadata '{"data_dir": ...}'``) the task loaders read the folder from
 DATA_DIR_KEY = "data_dir"
 
@@ -45,6 +49,14 @@ def perplexity_path(data_dir: str | os.PathLike, content_type: str) -> Path:
 
 def answer_path(data_dir: str | os.PathLike, task: str, split: str) -> Path:
     return Path(data_dir) / "answers" / task / f"{split}.jsonl"
+
+
+def ruler_path(data_dir: str | os.PathLike, task: str) -> Path:
+    return Path(data_dir) / "ruler" / f"{task}.jsonl"
+
+
+def ruler_task(task: str) -> str:
+    return f"{RULER_TAG}_{task}"
 
 
 def perplexity_task(content_type: str) -> str:
@@ -59,7 +71,8 @@ def expand_tasks(tasks: Sequence[str], data_dir: str | os.PathLike) -> list[str]
     manifest = json.loads((Path(data_dir) / "manifest.json").read_text())
     by_tag = {PPL_TAG: [perplexity_task(t) for t in manifest["content_types"]],
               ANSWERS_TAG: [n for t in manifest["tasks"] if t != "passkey" for n in ANSWER_TASKS[t].values()],
-              PASSKEY_TAG: list(ANSWER_TASKS["passkey"].values()) if "passkey" in manifest["tasks"] else []}
+              PASSKEY_TAG: list(ANSWER_TASKS["passkey"].values()) if "passkey" in manifest["tasks"] else [],
+              RULER_TAG: [ruler_task(t) for t in manifest.get("ruler", {}).get("tasks", [])]}
     held = {task for names in by_tag.values() for task in names}
     data_backed = {n for names in ANSWER_TASKS.values() for n in names.values()}
     missing = [name for name in tasks if (name in by_tag and not by_tag[name])

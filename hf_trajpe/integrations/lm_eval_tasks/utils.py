@@ -12,6 +12,7 @@ from hf_trajpe.integrations.lm_eval_data import (
     answer_path,
     perplexity_path,
     read_jsonl,
+    ruler_path,
 )
 
 
@@ -59,3 +60,19 @@ def is_match(generated: str, answer: str) -> bool:
 
 def process_answer(doc: dict, results: list[str]) -> dict[str, int]:
     return {"exact_match": int(is_match(results[0], doc["answer"]))}
+
+
+def ruler_docs(task: str, **kwargs) -> dict:
+    """The RULER prompts of one task (``ruler/<task>.jsonl``, written by ``write_ruler_data``)."""
+    path = ruler_path(_data_dir(kwargs), task)
+    if not path.is_file():
+        raise FileNotFoundError(f"no RULER prompts at {path}; write them with hf_trajpe.integrations.lm_eval_ruler."
+                                f"write_ruler_data({path.parents[1]!s}, tokenizer, tasks=[{task!r}])")
+    return _dataset(path, f"ruler/{task}")
+
+
+def process_ruler(doc: dict, results: list[str]) -> dict[str, float]:
+    """RULER's score of the generation (``string_match_all`` after RULER's cleaning)."""
+    from hf_trajpe.evaluation.ruler.scoring import sample_score
+
+    return {"string_match_all": sample_score(doc["metric"], results[0], doc["answers"])}

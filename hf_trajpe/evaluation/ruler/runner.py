@@ -1,0 +1,121 @@
+"""Run RULER's tasks on a model: prompts made once, greedy generation one prompt at a time, RULER's scores.
+
+:func:`run_ruler` is the Python entry point; it returns a :class:`RulerTable` of one row per prompt, which
+:mod:`.summary` turns into cells with intervals, paired comparisons and effective lengths, and
+:mod:`.report` into JSON, Markdown and a PNG. Generation follows RULER's HF backend: greedy
+(``do_sample=False``), batch 1, ``max_new_tokens`` = the task's ``tokens_to_generate``, stopping early only
+at the end-of-sequence token.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+from .fitting import encode
+from .haystacks import get_haystack
+from .scoring import postprocess_pred, sample_score
+from .task import Sample, get_task, task_names
+
+__all__ = ["QUICK", "RulerTable", "generate_answer", "make_samples", "run_ruler"]
+
+#: a small run: one task of each kind, the noise haystack, two samples
+QUICK = {"tasks": ["niah_single_1", "niah_multikey_1", "vt", "cwe", "fwe"], "haystacks": ["noise"], "samples": 2}
+
+
+@dataclass
+class RulerTable:
+    """One row per (method, task, haystack, length, sample): the score, prediction, answers and timings."""
+
+    rows: list[dict] = field(default_factory=list)
+    meta: dict = field(default_factory=dict)
+
+    def extend(self, other: RulerTable) -> RulerTable:
+        self.rows += other.rows
+        self.meta.setdefault("methods", [])
+        self.meta["methods"] += [m for m in other.meta.get("methods", []) if m not in self.meta["methods"]]
+        for key, value in other.meta.items():
+            self.meta.setdefault(key, value)
+        return self
+
+    def to_dict(self) -> dict:
+        return {"meta": self.meta, "rows": self.rows}
+
+
+def _plan(tasks: Sequence[str] | None, haystacks: Sequence[str] | None) -> list[tuple[str, str | None]]:
+    """(task, haystack) pairs: each task on each haystack (default: its own RULER haystack); tasks that are
+    their own haystack once, with ``None``."""
+    plan = []
+    for name in tasks or task_names():
+        task = get_task(name)
+        if not task.uses_haystack:
+            plan.append((name, None))
+            continue
+        for hay in haystacks or [task.default_haystack]:
+            get_haystack(hay)  # an unknown name fails before any prompt is made
+            plan.append((name, hay))
+    return plan
+
+
+def make_samples(tokenizer, tasks: Sequence[str] | None = None, lengths: Sequence[int] = (4096,), samples: int = 5,
+                 haystacks: Sequence[str] | None = None, seed: int = 0) -> list[Sample]:
+    """Every prompt of a run, in the order they are run: task, haystack, length, sample index."""
+    if samples < 1:
+        raise ValueError(f"samples must be at least 1, got {samples}")
+    if not lengths:
+        raise ValueError("give at least one length")
+    out = []
+    for name, hay in _plan(tasks, haystacks):
+        task = get_task(name)
+        for length in lengths:
+            for index in range(samples):
+                out.append(task.sample(tokenizer, int(length), get_haystack(hay) if hay else None, index, seed))
+    return out
+
+
+def generate_answer(model, tokenizer, prompt: str, max_new_tokens: int) -> str:
+    """Greedy continuation of ``prompt`` (no special tokens added, as its length was counted)."""
+    import torch
+
+    device = next(model.parameters()).device
+    ids = torch.tensor([encode(tokenizer, prompt)], dtype=torch.long, device=device)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    with torch.inference_mode():
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
+                             do_sample=False, pad_token_id=pad)
+    return tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+
+
+def run_ruler(model, tokenizer, tasks: Sequence[str] | None = None, lengths: Sequence[int] = (4096,),
+              samples: int = 5, haystacks: Sequence[str] | None = None, seed: int = 0, method: str = "model",
+              prompts: Sequence[Sample] | None = None, progress: bool = True) -> RulerTable:
+    """Score ``model`` on RULER's tasks at each length, ``samples`` prompts per task, haystack and length.
+
+    ``tasks``: registered task names (default: all); ``haystacks``: haystack names (default: each task's own);
+    ``prompts``: samples from :func:`make_samples` to reuse (then tasks, lengths, samples, haystacks and seed
+    are not used), so that several methods read the very same prompts. ``method`` labels the rows."""
+    from tqdm.auto import tqdm
+
+    if prompts is None:
+        prompts = make_samples(tokenizer, tasks, lengths, samples, haystacks, seed)
+    was_training = model.training
+    model.eval()
+    table = RulerTable(meta={"methods": [method], "seed": seed, "lengths": sorted({s.length for s in prompts}),
+                             "tasks": list(dict.fromkeys(s.task for s in prompts)),
+                             "haystacks": list(dict.fromkeys(s.haystack for s in prompts))})
+    bar = tqdm(prompts, desc=f"RULER {method}", unit="prompt", disable=not progress, file=sys.stderr)
+    try:
+        for s in bar:
+            bar.set_postfix_str(f"{s.task} {s.haystack} {s.length}", refresh=False)
+            wall, cpu = time.perf_counter(), time.process_time()
+            raw = generate_answer(model, tokenizer, s.prompt, s.max_new_tokens)
+            row = {k: v for k, v in asdict(s).items() if k != "prompt"}
+            row.update(method=method, prediction=postprocess_pred(raw), score=sample_score(s.metric, raw, s.answers),
+                       wall_seconds=time.perf_counter() - wall, cpu_seconds=time.process_time() - cpu)
+            table.rows.append(row)
+    finally:
+        bar.close()
+        model.train(was_training)
+    return table

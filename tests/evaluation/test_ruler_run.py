@@ -1,0 +1,121 @@
+"""RULER end to end: the runner on a tiny Llama and on a model that knows the answers, the report files,
+paired comparisons on the same prompts, and the command line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import transformers as T
+
+from hf_trajpe.data import byte_tokenizer
+from hf_trajpe.evaluation.ruler import make_samples, run_ruler, summarize, write_ruler_report
+
+PLAN = {"tasks": ["niah_single_1", "fwe"], "lengths": [600, 900], "samples": 2,
+        "haystacks": ["noise", "dialogue_structure"]}
+
+
+def _tiny_llama(max_positions: int = 512):
+    cfg = T.LlamaConfig(vocab_size=259, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=max_positions,
+                        bos_token_id=1, eos_token_id=1, pad_token_id=0)
+    torch.manual_seed(0)
+    return T.LlamaForCausalLM._from_config(cfg, attn_implementation="sdpa", dtype=torch.float32).eval()
+
+
+class Oracle(torch.nn.Module):
+    """Answers every prompt it was told the answers of: what a perfect long-context model would write."""
+
+    def __init__(self, tok, samples):
+        super().__init__()
+        self.tok, self.weight = tok, torch.nn.Parameter(torch.zeros(1))
+        self.answers = {s.prompt: " " + ", ".join(s.answers) + "." for s in samples}
+
+    def generate(self, ids, attention_mask, max_new_tokens, do_sample, pad_token_id):
+        assert not do_sample and attention_mask.shape == ids.shape and ids.shape[0] == 1
+        prompt = self.tok.decode(ids[0], skip_special_tokens=True)
+        new = self.tok(self.answers[prompt], add_special_tokens=False)["input_ids"][:max_new_tokens]
+        return torch.cat([ids, torch.tensor([new], dtype=ids.dtype)], dim=1)
+
+
+@pytest.fixture(scope="module")
+def runs():
+    tok = byte_tokenizer()
+    prompts = make_samples(tok, PLAN["tasks"], PLAN["lengths"], PLAN["samples"], PLAN["haystacks"], seed=0)
+    tiny = run_ruler(_tiny_llama(), tok, **PLAN, seed=0, method="tiny", progress=False)
+    oracle = run_ruler(Oracle(tok, prompts), tok, prompts=prompts, method="oracle", progress=False)
+    return tok, prompts, tiny, oracle
+
+
+def test_the_runner_scores_every_prompt_of_the_plan(runs):
+    _, prompts, tiny, _ = runs
+    assert len(prompts) == (2 + 1) * 2 * 2  # niah on two haystacks, fwe on its own; two lengths; two samples
+    assert len(tiny.rows) == len(prompts)
+    assert {(r["task"], r["haystack"]) for r in tiny.rows} == {("niah_single_1", "noise"),
+                                                               ("niah_single_1", "dialogue_structure"), ("fwe", "own")}
+    assert all(0.0 <= r["score"] <= 1.0 and r["cpu_seconds"] >= 0 for r in tiny.rows)
+    assert {r["max_new_tokens"] for r in tiny.rows} == {128, 50}
+    assert tiny.meta["lengths"] == [600, 900] and tiny.meta["methods"] == ["tiny"]
+
+
+def test_a_model_that_writes_the_answers_scores_one_and_wins_the_paired_test(runs):
+    _, _, tiny, oracle = runs
+    assert [r["score"] for r in oracle.rows] == [1.0] * len(oracle.rows)
+    assert [(r["task"], r["index"], r["length"]) for r in oracle.rows] == \
+        [(r["task"], r["index"], r["length"]) for r in tiny.rows], "the same prompts, in the same order"
+    both = {"meta": {"methods": ["tiny", "oracle"]}, "rows": tiny.rows + oracle.rows}
+    summary = summarize(both, n_resamples=200)
+    overall = next(c for c in summary["comparisons"] if c["length"] == "all")
+    losses_of_tiny = sum(r["score"] < 1.0 for r in tiny.rows)
+    assert overall["wins"] == losses_of_tiny > 0 and overall["losses"] == 0
+    assert overall["p_value"] == pytest.approx(min(1.0, 2 * 0.5 ** losses_of_tiny))
+    for cell in summary["by_length"]:
+        assert cell["ci"][0] <= cell["score"] <= cell["ci"][1]
+
+
+def test_the_report_is_written_as_json_markdown_and_png(runs, tmp_path):
+    _, _, tiny, oracle = runs
+    table = type(tiny)(rows=list(tiny.rows), meta=dict(tiny.meta, methods=["tiny"])).extend(oracle)
+    paths = write_ruler_report(table, tmp_path, baseline="oracle", n_resamples=200)
+    data = json.loads(paths["json"].read_text())
+    assert len(data["rows"]) == 24 and data["summary"]["effective_length"]["baseline"] == "oracle"
+    assert data["summary"]["effective_length"]["methods"]["oracle"]["length"] == 900
+    md = paths["md"].read_text()
+    for text in ("## Score by length", "## Effective length", "## Paired against the baseline", "## By task",
+                 "## By haystack", "| oracle | niah_single_1 | dialogue_structure | 1.00 [0.16, 1.00]"):
+        assert text in md
+    assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_command_runs_ruler_on_a_model_and_its_patch(tmp_path, capsys):
+    from hf_trajpe.cli import main
+
+    _tiny_llama(max_positions=256).save_pretrained(tmp_path / "tiny")
+    yarn = json.dumps({"encoding": "rope", "rope_parameters": {"rope_type": "yarn", "factor": 2}})
+    argv = ["eval", "--long-context", "1500", "--ruler", "--ruler-lengths", "1200", "1500", "--quick",
+            "--tasks", "niah_single_1", "vt", "--samples", "1", "--model", f"stock={tmp_path / 'tiny'}",
+            "--model", f"yarn={tmp_path / 'tiny'}", "--patch", f"yarn={yarn}", "--tokenizer", "byte",
+            "--bootstrap", "100", "--no-progress", "--out", str(tmp_path / "out")]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "# RULER" in out and "| yarn |" in out
+    data = json.loads((tmp_path / "out" / "ruler.json").read_text())
+    assert data["meta"]["methods"] == ["stock", "yarn"] and data["meta"]["haystacks"] == ["noise"]
+    assert {r["task"] for r in data["rows"]} == {"niah_single_1", "vt"} and len(data["rows"]) == 2 * 2 * 2
+    assert (tmp_path / "out" / "ruler_vs_length.png").is_file()
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--ruler"], "--ruler runs with --long-context LENGTH"),
+    (["--long-context", "600", "--tasks", "vt"], "--tasks apply to the RULER suite; add --ruler"),
+    (["--long-context", "600", "--ruler", "--tasks", "nope"], "unknown RULER task(s) nope; known: niah_single_1"),
+    (["--long-context", "600", "--ruler", "--haystacks", "essay"], "unknown haystack(s) essay; known: noise"),
+    (["--long-context", "600", "--ruler", "--reference-length", "512"], "--reference-length 512 is not among"),
+])
+def test_the_command_refuses_wrong_ruler_options(tmp_path, capsys, argv, message):
+    from hf_trajpe.cli import main
+
+    _tiny_llama().save_pretrained(tmp_path / "tiny")
+    assert main(["eval", *argv, "--model", f"a={tmp_path / 'tiny'}", "--out", str(tmp_path / "o")]) == 2
+    assert message in capsys.readouterr().err
