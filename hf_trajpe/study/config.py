@@ -23,6 +23,7 @@ from ..training.config import (
     read_yaml,
 )
 from ..training.typed_config import apply_overrides
+from ..training.yaml_files import BASE_KEY, read_config_file
 
 __all__ = ["NATIVE", "StudyTrain", "experiment_config", "patch_options", "patch_value", "read_study_data",
            "training_encoding"]
@@ -185,14 +186,17 @@ def experiment_config(cfg, name: str, options: dict | None, seed: int,
 
 
 def read_study_data(path: str | Path, quick: bool = False, overrides: list[str] | None = None) -> dict:
-    """A study YAML as a mapping, ``quick`` applying its ``quick:`` overrides, then ``overrides``."""
+    """A study YAML as a mapping, ``quick`` applying its ``quick:`` overrides, then ``overrides``. A ``base:`` key
+    names a study YAML (relative to this one) whose keys this one's deep-merge over
+    (:func:`~hf_trajpe.training.yaml_files.read_config_file`: mappings merge key by key unless tagged
+    ``!replace``, other values replace; a cycle of bases is refused)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"study config {str(path)!r} does not exist (see configs/study/default.yaml)")
     data = read_yaml(path)
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a study config must be a mapping of keys, got {type(data).__name__}")
-    data = copy.deepcopy(data)
+    data = read_config_file(path) if BASE_KEY in data else copy.deepcopy(data)  # its base files under it
     try:
         if quick:
             profile = data.get("quick") or []
