@@ -5,7 +5,7 @@ each run trains with, and the reading of the file with its ``quick:`` profile an
 Reuses the experiment config's parser (unknown keys fail naming the closest valid one and the valid
 keys; dotted ``key=value`` overrides), and its checks: the ``model`` section is a transformers config
 checked key by key, and every encoding's experiment config is validated like a recipe's. The suite's own
-sections live with it (:mod:`.content_config`, :mod:`.tasks_config`); :mod:`.registry` picks the suite.
+sections live with it (``suites/<name>/config.py``); :mod:`.loading` picks the suite.
 """
 
 from __future__ import annotations
@@ -163,7 +163,7 @@ def experiment_config(cfg, name: str, options: dict | None, seed: int,
     (None: the model as built), the content types under ``output_dir/data`` in equal shares (the data
     folder of the study, its types in alphabetical order) drawn at random with replacement from ``seed``,
     AdamW with a linear warm-up then linear decay to 10% of ``train.lr``, on the CPU, nothing logged.
-    ``data``: another data section (the task study's, :mod:`hf_trajpe.study.tasks_config`)."""
+    ``data``: another data section (the task study's, :mod:`hf_trajpe.study.suites.tasks.config`)."""
     from ..data.registry import names
 
     t = cfg.train

@@ -2,7 +2,7 @@
 ``report_dir``, and the real model's long-context report (``real/long_context.md``, ``.json``) beside them.
 
 Tables: perplexity of each method (mean over seeds, 95% interval over seeds and sequences), and the paired
-comparisons (:mod:`.extension_eval`) with the config's correction (Benjamini-Hochberg by default, or Holm)
+comparisons (:mod:`.eval`) with the config's correction (Benjamini-Hochberg by default, or Holm)
 across the comparisons of one table. The
 orderings the literature reports (``published`` in the config) are read off the comparisons: reproduced
 (significant in the stated direction after adjustment), contradicted (significant the other way), or not

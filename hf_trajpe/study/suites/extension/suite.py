@@ -11,7 +11,7 @@ Three parts, each optional after the first:
 - ``real``: a pretrained model (SmolLM2 by default) read past its trained length with each method: perplexity
   by window and passkey retrieval (:mod:`hf_trajpe.evaluation.long_context`). No training.
 
-The report is :mod:`.extension_report`.
+The statistics of the reads are :mod:`.eval`, the report :mod:`.report`.
 """
 
 from __future__ import annotations

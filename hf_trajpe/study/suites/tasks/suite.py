@@ -5,7 +5,7 @@ false) and its training rows, one example per row with a loss mask on the answer
 (encoding, seed) under ``output_dir/models/<task>``, or per (candidate step count, encoding, seed) under
 ``models/<task>/steps_<n>`` where the budget is chosen on validation (:func:`choose_budget`: the same for every
 encoding); then exact match and answer-token accuracy on every test split (in distribution and out of
-distribution), :mod:`hf_trajpe.evaluation.answers`; the report is :mod:`.tasks_report`.
+distribution), :mod:`hf_trajpe.evaluation.answers`; the evaluation is :mod:`.eval`, the report :mod:`.report`.
 """
 
 from __future__ import annotations
