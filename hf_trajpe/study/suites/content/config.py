@@ -42,7 +42,7 @@ class StudyEval:
     level: float = 0.95
     batch_size: int = 16
     #: probability on the random alphabet from which a model counts as trained on random content: below it, a
-    #: "gain" there is calibration of an under-trained model; above it, a failure of the harness (study/suites/content/control.py)
+    #: "gain" there is calibration of an under-trained model; above it, a failure of the harness (:mod:`.control`)
     calibrated_mass: float = 0.99
 
 

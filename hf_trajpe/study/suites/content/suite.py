@@ -1,7 +1,8 @@
 """The content study as a suite of the engine (:mod:`.engine`): models trained from scratch per encoding on
 the seven content types mixed, evaluated per content type and context length (perplexity against the
 baseline, :func:`hf_trajpe.evaluation.evaluate_models`), the random-content control, where the trajectory
-models put their tokens, and the strength sweep; the evaluation besides perplexity is :mod:`.eval`, the report :mod:`.report`.
+models put their tokens, and the strength sweep; the evaluation besides perplexity is :mod:`.eval`, the report
+:mod:`.report`.
 """
 
 from __future__ import annotations
