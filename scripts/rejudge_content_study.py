@@ -1,6 +1,6 @@
 """Re-judge a published content study with the current statistics, from its JSON alone (its models need
 not be on the machine): Student's t over seeds plus the sequence spread, Holm across the report's
-comparisons, and the Benjamini-Hochberg false discovery rate beside it (hf_trajpe/study/rejudge.py).
+comparisons, and the Benjamini-Hochberg false discovery rate beside it (hf_trajpe/study/suites/content/rejudge.py).
 
     python scripts/rejudge_content_study.py                          # docs/results/study -> rejudged.md/json
     python scripts/rejudge_content_study.py --study-dir outputs/study_quick --out outputs/rejudged
@@ -14,7 +14,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from hf_trajpe.study.rejudge import rejudge_markdown, rejudge_study
+from hf_trajpe.study.suites.content.rejudge import rejudge_markdown, rejudge_study
 
 
 def main(argv: list[str] | None = None) -> int:

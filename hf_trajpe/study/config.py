@@ -5,7 +5,7 @@ each run trains with, and the reading of the file with its ``quick:`` profile an
 Reuses the experiment config's parser (unknown keys fail naming the closest valid one and the valid
 keys; dotted ``key=value`` overrides), and its checks: the ``model`` section is a transformers config
 checked key by key, and every encoding's experiment config is validated like a recipe's. The suite's own
-sections live with it (:mod:`.content_config`, :mod:`.tasks_config`); :mod:`.registry` picks the suite.
+sections live with it (``suites/<name>/config.py``); :mod:`.loading` picks the suite.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from ..training.config import (
     read_yaml,
 )
 from ..training.typed_config import apply_overrides
+from ..training.yaml_files import BASE_KEY, read_config_file
 
 __all__ = ["NATIVE", "StudyTrain", "experiment_config", "patch_options", "patch_value", "read_study_data",
            "training_encoding"]
@@ -162,7 +163,7 @@ def experiment_config(cfg, name: str, options: dict | None, seed: int,
     (None: the model as built), the content types under ``output_dir/data`` in equal shares (the data
     folder of the study, its types in alphabetical order) drawn at random with replacement from ``seed``,
     AdamW with a linear warm-up then linear decay to 10% of ``train.lr``, on the CPU, nothing logged.
-    ``data``: another data section (the task study's, :mod:`hf_trajpe.study.tasks_config`)."""
+    ``data``: another data section (the task study's, :mod:`hf_trajpe.study.suites.tasks.config`)."""
     from ..data.registry import names
 
     t = cfg.train
@@ -185,14 +186,17 @@ def experiment_config(cfg, name: str, options: dict | None, seed: int,
 
 
 def read_study_data(path: str | Path, quick: bool = False, overrides: list[str] | None = None) -> dict:
-    """A study YAML as a mapping, ``quick`` applying its ``quick:`` overrides, then ``overrides``."""
+    """A study YAML as a mapping, ``quick`` applying its ``quick:`` overrides, then ``overrides``. A ``base:`` key
+    names a study YAML (relative to this one) whose keys this one's deep-merge over
+    (:func:`~hf_trajpe.training.yaml_files.read_config_file`: mappings merge key by key unless tagged
+    ``!replace``, other values replace; a cycle of bases is refused)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"study config {str(path)!r} does not exist (see configs/study/default.yaml)")
     data = read_yaml(path)
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a study config must be a mapping of keys, got {type(data).__name__}")
-    data = copy.deepcopy(data)
+    data = read_config_file(path) if BASE_KEY in data else copy.deepcopy(data)  # its base files under it
     try:
         if quick:
             profile = data.get("quick") or []

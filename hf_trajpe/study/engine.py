@@ -30,11 +30,12 @@ from .workers import stop_with_parent
 __all__ = ["run_study", "train_all"]
 
 
-def train_all(cfg, runs: list[Run], rows_path: Path, log, experiment: Callable[[Run], dict],
+def train_all(cfg, runs: list[Run], rows_path: Path | None, log, experiment: Callable[[Run], dict],
               train_fn=train_run) -> list[dict]:
     """Train the runs not done yet, ``workers`` at a time; returns every run's summary (``_new`` on those
     trained now). ``experiment(run)``: a run's experiment config as a dict; ``train_fn``: what trains one run;
-    a run trains on its own ``rows`` where it has them, else on ``rows_path``."""
+    a run trains on its own ``rows`` where it has them, else on ``rows_path`` (None: ``train_fn`` builds its
+    own)."""
     todo = [r for r in runs if not r.done]
     for run in todo:  # before any training: a folder the study did not write is refused, never replaced
         check_run_folder(run)
@@ -49,7 +50,8 @@ def train_all(cfg, runs: list[Run], rows_path: Path, log, experiment: Callable[[
     start = time.perf_counter()
 
     def args(run: Run) -> tuple:
-        return str(run.rows or rows_path), cfg.train.log_every, threads
+        rows = run.rows or rows_path
+        return (None if rows is None else str(rows)), cfg.log_every, threads
 
 
     def report(i: int, s: dict) -> None:
@@ -99,7 +101,8 @@ def run_study(cfg, command: str | None = None, progress: bool = True, log=None,
         runs = suite.plan(cfg, part, out)
         t1 = time.perf_counter()
         done = train_all(part.cfg or cfg, runs, prepared.rows, lambda m, p=part.prefix: log(p + m),
-                         experiment=lambda run, p=part, d=prepared: suite.experiment(cfg, p, d, run))
+                         experiment=lambda run, p=part, d=prepared: suite.experiment(cfg, p, d, run),
+                         train_fn=suite.train_fn)
         t2 = time.perf_counter()
         new = sum(1 for s in done if s.pop("_new", False))
         if new:

@@ -41,8 +41,7 @@ def check_output_dir(cfg, out: Path) -> None:
     if marker.exists():
         saved = json.loads(marker.read_text())
         if saved.get("fingerprint") != cfg.fingerprint():
-            covered_by = getattr(cfg, "covered_by", None)
-            if covered_by is not None and covered_by(saved.get("config") or {}):
+            if cfg.covered_by(saved.get("config") or {}):
                 return  # a part of the study that marked this folder: its marker (the whole) stays
             raise FileExistsError(
                 f"{out} holds models of a study with different model/data/training settings; "

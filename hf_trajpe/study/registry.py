@@ -1,22 +1,26 @@
-"""The study suites by name, and the loading of a study YAML into its suite's config. A YAML names its
-suite with ``suite:``; one without the key is read by the rule from before suites had names (a ``tasks:``
-section: the task study, else the content study). A new kind of study adds its suite to :data:`SUITES`."""
+"""The study suites by name. Each suite's folder under :mod:`hf_trajpe.study.suites` registers its suite here
+with :func:`register_suite` when it is imported (``hf_trajpe.study`` imports them all); a study YAML names its
+suite with ``suite:`` (:mod:`.loading`)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from ..training.config import ConfigError
-from ..training.typed_config import from_dict
-from .config import read_study_data
-from .content import ContentSuite
-from .extension import ExtensionSuite
 from .suite import Suite
-from .tasks import TaskSuite
 
-__all__ = ["SUITES", "get_suite", "load_study_config", "suite_of"]
+__all__ = ["SUITES", "get_suite", "register_suite", "suite_of"]
 
-SUITES: dict[str, Suite] = {s.name: s for s in (ContentSuite(), TaskSuite(), ExtensionSuite())}
+#: suite name -> the suite, in the order the suites were registered
+SUITES: dict[str, Suite] = {}
+
+
+def register_suite(cls: type) -> type:
+    """Class decorator: register an instance of the suite ``cls`` under its ``name`` (one suite per name)."""
+    suite = cls()
+    if suite.name in SUITES and type(SUITES[suite.name]) is not cls:
+        raise ValueError(f"suite {suite.name!r} is registered already ({type(SUITES[suite.name]).__name__}); "
+                         "give the new suite another name")
+    SUITES[suite.name] = suite
+    return cls
 
 
 def get_suite(name: str) -> Suite:
@@ -32,25 +36,3 @@ def suite_of(cfg) -> Suite:
         if type(cfg) is suite.config:
             return suite
     raise TypeError(f"{type(cfg).__name__} is not the config of any study suite ({sorted(SUITES)})")
-
-
-def _suite_name(data: dict) -> str:
-    if "suite" in data:
-        return data.pop("suite")
-    return "tasks" if "tasks" in data else "content"
-
-
-def load_study_config(path: str | Path, quick: bool = False, overrides: list[str] | None = None):
-    """Read a study YAML into its suite's config, checked; ``quick`` applies its ``quick:`` overrides,
-    then ``overrides``."""
-    if quick:  # the file's values first: its quick profile would otherwise replace a bad one unchecked
-        data = read_study_data(path, False, overrides)
-        try:
-            from_dict(get_suite(_suite_name(data)).config, data).validate()
-        except ConfigError as err:
-            raise ConfigError(f"{path}: {err} (checked before --quick replaces it)") from None
-    data = read_study_data(path, quick, overrides)
-    try:
-        return from_dict(get_suite(_suite_name(data)).config, data).validate()
-    except ConfigError as err:
-        raise ConfigError(f"{path}: {err}") from None

@@ -1,7 +1,8 @@
 """The plug-in side of the study engine (:mod:`.engine`): what a kind of study (content types, tasks with
-known answers, the next ones) implements, and the engine's view of its pieces. The engine owns the order
-(data, runs, parallel training with resume, evaluation, run records, report); a suite owns what is
-particular to it. Suites are found by name in :mod:`.registry` (the ``suite:`` key of a study YAML).
+known answers, context extension, recovery after a swap, the next ones) implements, and the engine's view of its
+pieces. The engine owns the order (data, runs, parallel training with resume, evaluation, run records, report);
+a suite owns what is particular to it. Each suite lives in its folder under :mod:`hf_trajpe.study.suites`,
+registered by name in :mod:`.registry` (the ``suite:`` key of a study YAML).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .runs import Run
+from .train import train_run
 
 __all__ = ["Part", "Prepared", "Suite"]
 
@@ -29,17 +31,22 @@ class Part:
 class Prepared:
     """A part's data, built once and reused when the study runs again."""
 
-    rows: Path  # the training rows (:mod:`.rows`): ids and, where the suite trains on some tokens only, the loss mask
+    #: the training rows (:mod:`.rows`): ids and, where the suite trains on some tokens only, the loss mask (None:
+    #: the suite's ``train_fn`` builds its runs' data itself)
+    rows: Path | None
     length: int  # tokens per training row
     extra: dict[str, Any] = field(default_factory=dict)  # what the suite's evaluation needs besides
 
 
 class Suite(Protocol):
-    """A kind of study. ``config`` is its YAML's dataclass (with ``validate``, ``fingerprint``, ``to_dict``,
-    ``output_dir``, ``workers``, ``seeds``, ``train``)."""
+    """A kind of study. ``config`` is its YAML's dataclass, a :class:`~.base_config.BaseStudyConfig` (``load``,
+    ``validate``, ``fingerprint``, ``to_dict``, ``covered_by``, ``output_dir``, ``workers``, ``seeds``).
+    ``train_fn`` trains one run in a worker process (picklable, with the arguments of
+    :func:`~.train.train_run`, the default: a small model through :mod:`hf_trajpe.training`'s ``Trainer``)."""
 
     name: str
     config: type
+    train_fn = staticmethod(train_run)
 
     def parts(self, cfg, log) -> list[Part]:
         """The parts in the order they run (and anything the study skips, said on ``log``)."""

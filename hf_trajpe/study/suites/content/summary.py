@@ -12,9 +12,9 @@ It opens ``study.md`` and ``report.md`` and is the last thing ``hf-trajpe study`
 
 from __future__ import annotations
 
-from ..evaluation.claims import CLAIMED_IMPROVEMENT, CONTROL_TYPE
-from ..evaluation.report import cell, legend
-from ..evaluation.verdicts import BETTER, WORSE
+from ....evaluation.claims import CLAIMED_IMPROVEMENT, CONTROL_TYPE
+from ....evaluation.report import cell, legend
+from ....evaluation.verdicts import BETTER, WORSE
 
 __all__ = ["pair_sentence", "summary_lines"]
 

@@ -2,7 +2,7 @@
 ``report_dir``, and the real model's long-context report (``real/long_context.md``, ``.json``) beside them.
 
 Tables: perplexity of each method (mean over seeds, 95% interval over seeds and sequences), and the paired
-comparisons (:mod:`.extension_eval`) with the config's correction (Benjamini-Hochberg by default, or Holm)
+comparisons (:mod:`.eval`) with the config's correction (Benjamini-Hochberg by default, or Holm)
 across the comparisons of one table. The
 orderings the literature reports (``published`` in the config) are read off the comparisons: reproduced
 (significant in the stated direction after adjustment), contradicted (significant the other way), or not
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .extension_eval import CORRECTIONS, SCORES, adjust, compare, perplexity
-from .screen import DETAILS, json_default
+from ...screen import DETAILS, json_default
+from .eval import CORRECTIONS, SCORES, adjust, compare, perplexity
 
 __all__ = ["write_extension_report", "comparisons_of", "pooled"]
 
@@ -142,7 +142,7 @@ def _real_lines(real: dict) -> list[str]:
 
 def write_extension_report(cfg, results: dict, summaries: list[dict], timing: dict, versions: dict,
                            command: str | None) -> dict[str, Path]:
-    from ..evaluation.long_context_run import write_long_context_report
+    from ....evaluation.long_context_run import write_long_context_report
 
     out = Path(cfg.report_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -11,7 +11,7 @@ Three parts, each optional after the first:
 - ``real``: a pretrained model (SmolLM2 by default) read past its trained length with each method: perplexity
   by window and passkey retrieval (:mod:`hf_trajpe.evaluation.long_context`). No training.
 
-The report is :mod:`.extension_report`.
+The statistics of the reads are :mod:`.eval`, the report :mod:`.report`.
 """
 
 from __future__ import annotations
@@ -25,13 +25,14 @@ from pathlib import Path
 
 import torch
 
-from .config import experiment_config
-from .extension_config import ExtensionStudyConfig, method_options
-from .extension_eval import read_losses, test_blocks
-from .rows import ROWS, save_rows
-from .runs import SUMMARY, Run, run_folder
-from .screen import first_screen
-from .suite import Part, Prepared
+from ...config import experiment_config
+from ...registry import register_suite
+from ...rows import ROWS, save_rows
+from ...runs import SUMMARY, Run, run_folder
+from ...screen import first_screen
+from ...suite import Part, Prepared, Suite
+from .config import ExtensionStudyConfig, method_options
+from .eval import read_losses, test_blocks
 
 __all__ = ["ExtensionSuite", "read_all"]
 
@@ -65,8 +66,8 @@ def read_all(models: dict[int, str | dict[str, str]], methods: dict[str, dict | 
     and extended (a study run again re-reads nothing that has not changed)."""
     from tqdm.auto import tqdm
 
-    from ..evaluation import load_model
-    from ..patching import patch
+    from ....evaluation import load_model
+    from ....patching import patch
 
     done = _load_reads(cache)
     blocks = {f: test_blocks(streams, int(round(f * trained)), count) for f in factors}
@@ -110,7 +111,8 @@ def read_all(models: dict[int, str | dict[str, str]], methods: dict[str, dict | 
     return out
 
 
-class ExtensionSuite:
+@register_suite
+class ExtensionSuite(Suite):
     name = "extension"
     config = ExtensionStudyConfig
 
@@ -129,8 +131,8 @@ class ExtensionSuite:
     def prepare(self, cfg: ExtensionStudyConfig, part: Part, out: Path, log) -> Prepared:
         if part.name == REAL:
             return Prepared(out / ROWS, cfg.real.length)
-        from ..data import save_all
-        from ..training import RunData, build_run_data, load_run_tokenizer
+        from ....data import save_all
+        from ....training import RunData, build_run_data, load_run_tokenizer
 
         data_dir = out / "data"
         if not (data_dir / "manifest.json").exists():
@@ -182,9 +184,9 @@ class ExtensionSuite:
         if part.name == REAL:
             result = self._real(cfg, progress, log)
         else:
-            from ..data import load_tokenizer
-            from ..data.registry import names
-            from ..evaluation import content_streams
+            from ....data import load_tokenizer
+            from ....data.registry import names
+            from ....evaluation import content_streams
 
             streams = content_streams(sorted(names()), load_tokenizer(cfg.tokenizer), "clm",
                                       data_dir=prepared.extra["data_dir"])
@@ -210,7 +212,7 @@ class ExtensionSuite:
     def _real(self, cfg: ExtensionStudyConfig, progress: bool, log) -> dict:
         """The real model read with each method in turn; each method's result is kept in ``output_dir/real.json``
         as soon as it is read, so a stopped study resumes with the methods not read yet."""
-        from ..evaluation.long_context_run import evaluate_long_context
+        from ....evaluation.long_context_run import evaluate_long_context
 
         r = cfg.real
         names = cfg.real_methods()
@@ -240,7 +242,7 @@ class ExtensionSuite:
 
     def report(self, cfg: ExtensionStudyConfig, results: dict, summaries: list[dict], timing: dict, versions: dict,
                command: str | None) -> dict[str, Path]:
-        from .extension_report import write_extension_report
+        from .report import write_extension_report
 
         return write_extension_report(cfg, results, summaries, timing, versions, command)
 

@@ -11,14 +11,13 @@ every factor (:func:`method_options`).
 from __future__ import annotations
 
 import copy
-import dataclasses
-import hashlib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
-from ..training.config import ConfigError
-from .config import StudyTrain, check_comparisons, check_encoding_names, check_margin, check_training_sections
+from ....training.config import ConfigError
+from ...base_config import TrainedStudyConfig
+from ...config import StudyTrain, check_comparisons, check_encoding_names, check_margin, check_training_sections
 
 __all__ = ["ExtensionData", "ExtensionEval", "ExtensionFinetune", "ExtensionReal", "ExtensionStudyConfig",
            "FACTOR", "method_options"]
@@ -72,17 +71,13 @@ class ExtensionReal:
     n_resamples: int = 2000
 
 
-@dataclass
-class ExtensionStudyConfig:
-    name: str
+@dataclass(kw_only=True)
+class ExtensionStudyConfig(TrainedStudyConfig):
     model: dict  # a transformers config of a rotary causal LM; max_position_embeddings = data.block_size
     methods: dict  # name -> patch options with the factor left to the reading (module docstring), or null
     reference: str = "stock"  # the method every other is compared with
-    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     output_dir: str = "runs/study/extension"
     report_dir: str = "outputs/study_extension"
-    tokenizer: str = "byte"
-    workers: int = 2
     data: ExtensionData = field(default_factory=ExtensionData)
     train: StudyTrain = field(default_factory=StudyTrain)  # the pretraining at T
     eval: ExtensionEval = field(default_factory=ExtensionEval)
@@ -96,7 +91,10 @@ class ExtensionStudyConfig:
     #: orderings the literature reports, checked against the comparisons: {claim, model, reference, part}
     #: (``part``: pretrain for zero-shot, finetune after fine-tuning; the claim is "model reads better")
     published: list[dict] = field(default_factory=list)
-    quick: list[str] = field(default_factory=list)
+
+    ORDER: ClassVar[tuple[str, ...]] = (
+        "name", "model", "methods", "reference", "seeds", "output_dir", "report_dir", "tokenizer", "workers", "data",
+        "train", "eval", "finetune", "real", "comparisons", "equivalence_margin", "correction", "published", "quick")
 
     def validate(self) -> ExtensionStudyConfig:
         check_encoding_names(self.methods)
@@ -118,7 +116,7 @@ class ExtensionStudyConfig:
                                   f"part: pretrain|finetune}} with methods of {list(self.methods)}; got {claim!r}")
         check_training_sections(self)
         check_margin(self.equivalence_margin)
-        from .extension_eval import CORRECTIONS
+        from .eval import CORRECTIONS
 
         if self.correction not in CORRECTIONS:
             raise ConfigError(f"correction must be one of {sorted(CORRECTIONS)}, got {self.correction!r}")
@@ -153,7 +151,7 @@ class ExtensionStudyConfig:
         skips the real model, and its report says so and why."""
         if self.real is None:
             return None
-        from ..loading import resolve_source  # standard library only
+        from ....loading import resolve_source  # standard library only
 
         try:
             resolve_source(self.real.model)
@@ -161,17 +159,13 @@ class ExtensionStudyConfig:
             return str(err).splitlines()[0]
         return None
 
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    def fingerprint(self) -> str:
-        """What decides the trained models: a resumed study reuses finished models only when this matches
-        (a changed method retrains its own runs only: their saved patch no longer matches)."""
-        d = self.to_dict()
-        keep = {k: d[k] for k in ("model", "tokenizer", "data", "train")}
+    def fingerprint_dict(self) -> dict:
+        """The model, data and training sections, and the fine-tune's but its methods (a changed method retrains
+        its own runs only: their saved patch no longer matches)."""
+        keep = super().fingerprint_dict()
         if self.finetune is not None:
-            keep["finetune"] = {k: v for k, v in d["finetune"].items() if k != "methods"}
-        return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
+            keep["finetune"] = {k: v for k, v in self.to_dict()["finetune"].items() if k != "methods"}
+        return keep
 
     def pretrained_folder(self, seed: int) -> Path:
         return Path(self.output_dir) / "models" / "pretrain" / f"rope_s{seed}"
@@ -179,7 +173,7 @@ class ExtensionStudyConfig:
 
 def method_options(options: dict | None, factor: float) -> dict | None:
     """The ``hf_trajpe.patch`` options of a method at ``factor`` (None: the model as trained), checked."""
-    from ..patching import PatchConfig
+    from ....patching import PatchConfig
 
     if options is None or options == {"encoding": "native"}:
         return None

@@ -6,15 +6,13 @@ file is the ``--quick`` profile.
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
-from ..training.config import ConfigError
-from .config import (
-    StudyTrain,
+from ....training.config import ConfigError
+from ...base_config import TrainedStudyConfig
+from ...config import (
     check_comparisons,
     check_encoding_names,
     check_layers_on_model,
@@ -44,7 +42,7 @@ class StudyEval:
     level: float = 0.95
     batch_size: int = 16
     #: probability on the random alphabet from which a model counts as trained on random content: below it, a
-    #: "gain" there is calibration of an under-trained model; above it, a failure of the harness (study/control.py)
+    #: "gain" there is calibration of an under-trained model; above it, a failure of the harness (:mod:`.control`)
     calibrated_mass: float = 0.99
 
 
@@ -57,31 +55,26 @@ class StudySweep:
     seeds: list[int] | None = None  # None: the study's seeds
 
 
-@dataclass
-class StudyConfig:
-    name: str
-    model: dict  # a transformers config: model_type and its fields
+@dataclass(kw_only=True)
+class StudyConfig(TrainedStudyConfig):
     encodings: dict  # name -> patch options ({"encoding": "native"} for the unpatched model)
     baseline: str
-    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
-    output_dir: str = "runs/study"
-    report_dir: str = "outputs/study"
-    tokenizer: str = "byte"
-    workers: int = 2  # training processes at once (one thread each)
     data: StudyData = field(default_factory=StudyData)
-    train: StudyTrain = field(default_factory=StudyTrain)
     eval: StudyEval = field(default_factory=StudyEval)
     sweep: StudySweep | None = None
     trajectory_pairs: dict = field(default_factory=dict)  # trajectory name -> the encoding it runs on
     #: "no effect" is claimed only within this bound: equivalence (two one-sided tests) within ±margin percent of
     #: relative perplexity delta
     equivalence_margin: float = 2.0
-    quick: list[str] = field(default_factory=list)  # the --quick profile: dotted overrides
     #: [model, reference] pairs compared besides the baseline and trajectory_pairs (trajectory against CoPE)
     comparisons: list[list[str]] = field(default_factory=list)
 
+    ORDER: ClassVar[tuple[str, ...]] = (
+        "name", "model", "encodings", "baseline", "seeds", "output_dir", "report_dir", "tokenizer", "workers",
+        "data", "train", "eval", "sweep", "trajectory_pairs", "equivalence_margin", "quick", "comparisons")
+
     def validate(self) -> StudyConfig:
-        from ..patching import PatchConfig
+        from ....patching import PatchConfig
 
         check_encoding_names(self.encodings)
         for name, opts in self.encodings.items():
@@ -127,13 +120,3 @@ class StudyConfig:
                                   "train.lr is its optimizer.lr, train.steps its train.max_steps, train.warmup_steps "
                                   f"its schedule.warmup_steps) is invalid: {err}") from None
         return self
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    def fingerprint(self) -> str:
-        """What decides the trained models (not the report or evaluation settings): a resumed study
-        reuses finished models only when this matches."""
-        d = self.to_dict()
-        keep = {k: d[k] for k in ("model", "tokenizer", "data", "train")}
-        return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]

@@ -9,8 +9,8 @@ import torch
 
 from hf_trajpe import TrajectoryMonitor
 from hf_trajpe.evaluation.positions import mean_statistics, position_statistics, summarize
-from hf_trajpe.study.control import diagnose_control
-from hf_trajpe.study.summary import pair_sentence
+from hf_trajpe.study.suites.content.control import diagnose_control
+from hf_trajpe.study.suites.content.summary import pair_sentence
 
 
 def _control(mass: float, ppl: float = 110.0) -> dict:

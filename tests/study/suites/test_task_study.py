@@ -19,12 +19,13 @@ from hf_trajpe.evaluation.answers import AnswerScores, exact_match
 from hf_trajpe.evaluation.verdicts import significance
 from hf_trajpe.study import load_study_config, run_study
 from hf_trajpe.study.rows import load_rows
-from hf_trajpe.study.tasks import TaskSuite, choose_budget, training_rows
-from hf_trajpe.study.tasks_config import TaskStudyConfig
-from hf_trajpe.study.tasks_report import write_task_report
+from hf_trajpe.study.suites.tasks.config import TaskStudyConfig
+from hf_trajpe.study.suites.tasks.eval import choose_budget
+from hf_trajpe.study.suites.tasks.report import write_task_report
+from hf_trajpe.study.suites.tasks.suite import TaskSuite, training_rows
 from hf_trajpe.training.config import ConfigError
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 TASKS = str(ROOT / "configs" / "study" / "tasks.yaml")
 MISSING = "{encoding: not_in_this_install}"  # an encoding no install has: what cope is where it is absent
 
@@ -318,8 +319,8 @@ def test_a_study_of_some_tasks_reuses_the_folder_of_the_whole_and_leaves_its_mar
 
 
 def test_a_single_budget_candidate_is_reported_as_set_in_advance_not_chosen():
-    from hf_trajpe.study.tasks import choose_budget
-    from hf_trajpe.study.tasks_report import _budget_words
+    from hf_trajpe.study.suites.tasks.eval import choose_budget
+    from hf_trajpe.study.suites.tasks.report import _budget_words
 
     cfg = load_study_config(TASKS)
     one = choose_budget({1500: {("rope", 0): (0.5, 0.8), ("cope", 0): (0.3, 0.7)}})

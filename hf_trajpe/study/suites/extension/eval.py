@@ -20,8 +20,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from ..evaluation.seed_inference import benjamini_hochberg, holm, seed_interval
-from ..evaluation.verdicts import plain_verdict
+from ....evaluation.seed_inference import benjamini_hochberg, holm, seed_interval
+from ....evaluation.verdicts import plain_verdict
 
 __all__ = ["CORRECTIONS", "SCORES", "read_losses", "test_blocks", "perplexity", "compare", "adjust", "percent"]
 

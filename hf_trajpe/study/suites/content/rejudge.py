@@ -19,10 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..evaluation.bootstrap import delta_pct
-from ..evaluation.claims import verdict as claim_verdict
-from ..evaluation.evaluate_models import judge_deltas
-from ..evaluation.seed_inference import seed_interval, t_ppf
+from ....evaluation.bootstrap import delta_pct
+from ....evaluation.claims import verdict as claim_verdict
+from ....evaluation.evaluate_models import judge_deltas
+from ....evaluation.seed_inference import seed_interval, t_ppf
 
 __all__ = ["rejudge_delta", "rejudge_study", "rejudge_markdown", "SEQUENCE_SD_NOTE"]
 

@@ -5,27 +5,28 @@ false) and its training rows, one example per row with a loss mask on the answer
 (encoding, seed) under ``output_dir/models/<task>``, or per (candidate step count, encoding, seed) under
 ``models/<task>/steps_<n>`` where the budget is chosen on validation (:func:`choose_budget`: the same for every
 encoding); then exact match and answer-token accuracy on every test split (in distribution and out of
-distribution), :mod:`hf_trajpe.evaluation.answers`; the report is :mod:`.tasks_report`.
+distribution), :mod:`hf_trajpe.evaluation.answers`; the evaluation is :mod:`.eval`, the report :mod:`.report`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import gc
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
-from .config import patch_options
-from .rows import ROWS, load_rows, save_rows
-from .runs import Run, run_folder
-from .screen import first_screen
-from .suite import Part, Prepared
-from .tasks_config import LOSSES, TaskStudyConfig, task_experiment
-from .tasks_report import write_task_report
+from ...config import patch_options
+from ...registry import register_suite
+from ...rows import ROWS, load_rows, save_rows
+from ...runs import Run, run_folder
+from ...screen import first_screen
+from ...suite import Part, Prepared, Suite
+from .config import LOSSES, TaskStudyConfig, task_experiment
+from .eval import choose_budget, evaluate_task, validation_scores
+from .report import write_task_report
 
-__all__ = ["TaskSuite", "choose_budget", "evaluate_task", "prepare_task", "training_rows", "validation_scores"]
+__all__ = ["TaskSuite", "prepare_task", "training_rows"]
 
 EVAL_ROWS = 8  # validation rows the trainer scores at the end (its logged evaluation)
 
@@ -66,8 +67,8 @@ def prepare_task(cfg: TaskStudyConfig, task: str, out: Path, tokenizer, log):
     in every one. Returns ``({seed: dd}, {seed: rows path}, {seed: training length})``."""
     import datasets
 
-    from ..data.tasks import build_task, encode_rows
-    from ..training import RunData
+    from ....data.tasks import build_task, encode_rows
+    from ....training import RunData
 
     dsets, rows, lengths = {}, {}, {}
     for seed, folder in _seed_folders(cfg, task, out).items():
@@ -103,91 +104,8 @@ def prepare_task(cfg: TaskStudyConfig, task: str, out: Path, tokenizer, log):
     return dsets, rows, lengths
 
 
-def evaluate_task(cfg: TaskStudyConfig, task: str, dd, runs: list[Run], tokenizer, length: int,
-                  progress: bool = True, positions: dict | None = None) -> dict:
-    """``{encoding: {split: [AnswerScores per seed] | "skipped: why"}}`` on every test split of the task.
-    ``eval.batch_size`` rows of the training ``length`` per batch: a split of longer rows gets fewer rows
-    per batch, the same number of tokens (attention memory grows with the square of the length).
-    ``positions``: filled with ``{encoding: {split: [displacement statistics per seed]}}`` of the trajectory
-    models, read from the scoring forwards themselves (:mod:`hf_trajpe.evaluation.positions`)."""
-    from tqdm.auto import tqdm
-
-    from ..data.tasks import get_task
-    from ..evaluation import load_model
-    from ..evaluation.answers import exact_match
-    from ..evaluation.positions import attached, summarize
-
-    splits = list(get_task(task).test_splits)
-    out: dict = {}
-    bar = tqdm(total=len(runs) * len(splits) * cfg.data.test, desc=f"{task}: exact match", unit="ex",
-               disable=not progress)
-    for run in runs:
-        model = load_model(str(run.folder))
-        cells = out.setdefault(run.name, {s: [] for s in splits})
-        for split in splits:
-            if isinstance(cells[split], str):
-                bar.update(dd[split].num_rows)
-                continue
-            longest = max(len(t) for t in dd[split]["text"])
-            rows = max(1, cfg.eval.batch_size * length // max(longest, length))
-            try:
-                with attached(model) as monitor:
-                    cells[split].append(exact_match(model, dd[split], tokenizer, batch_size=rows,
-                                                    n_resamples=cfg.eval.n_resamples, level=cfg.eval.level,
-                                                    progress=bar.update))
-                if monitor is not None and positions is not None:
-                    positions.setdefault(run.name, {}).setdefault(split, []).append(summarize(monitor))
-            except (IndexError, RuntimeError, ValueError) as err:  # e.g. a learned position table too short
-                cells[split] = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
-        del model
-        gc.collect()
-    bar.close()
-    return out
-
-
-def validation_scores(cfg: TaskStudyConfig, task: str, dsets: dict, runs: list[Run], tokenizer, length: int,
-                      progress: bool = True) -> dict:
-    """Exact match and answer-token accuracy of every run on its validation split:
-    ``{steps: {(name, seed): (exact_match, token_accuracy)}}``."""
-    from tqdm.auto import tqdm
-
-    from ..evaluation import load_model
-    from ..evaluation.answers import exact_match
-
-    out: dict = {}
-    bar = tqdm(total=len(runs), desc=f"{task}: validation", unit="model", disable=not progress)
-    for run in runs:
-        split = dsets[run.seed if cfg.data.vary_with_seed else None]["validation"]
-        longest = max(len(t) for t in split["text"])
-        model = load_model(str(run.folder))
-        scores = exact_match(model, split, tokenizer, batch_size=max(1, cfg.eval.batch_size * length // max(longest,
-                             length)), n_resamples=1)
-        out.setdefault(run.steps, {})[(run.name, run.seed)] = (scores.metrics["exact_match"],
-                                                              scores.metrics["token_accuracy"])
-        del model
-        gc.collect()
-        bar.update(1)
-    bar.close()
-    return out
-
-
-def choose_budget(scores: dict) -> dict:
-    """The step count with the highest validation exact match, mean over the task's encodings and seeds (ties:
-    answer-token accuracy, then fewer steps), from :func:`validation_scores`; with the means per candidate."""
-    table = {}
-    for steps, per_run in sorted(scores.items()):
-        names = sorted({name for name, _ in per_run})
-        table[steps] = {"exact_match": float(sum(v[0] for v in per_run.values()) / len(per_run)),
-                        "token_accuracy": float(sum(v[1] for v in per_run.values()) / len(per_run)),
-                        "per_encoding": {n: float(sum(v[0] for (m, _), v in per_run.items() if m == n)
-                                                  / sum(1 for m, _ in per_run if m == n)) for n in names}}
-    chosen = max(table, key=lambda c: (table[c]["exact_match"], table[c]["token_accuracy"], -c))
-    return {"candidates": sorted(table), "chosen": chosen, "validation": table,
-            "rule": "highest validation exact match, mean over the task's encodings and seeds; ties: answer-token "
-                    "accuracy, then fewer steps"}
-
-
-class TaskSuite:
+@register_suite
+class TaskSuite(Suite):
     """One part per task, each with its own encodings and train/data fields (``per_task``)."""
 
     name = "tasks"
@@ -199,7 +117,7 @@ class TaskSuite:
         return [Part(task, {"task": task}, f"{task}: ", cfg.for_task(task)) for task in cfg.tasks]
 
     def prepare(self, cfg: TaskStudyConfig, part: Part, out: Path, log) -> Prepared:
-        from ..data import load_tokenizer
+        from ....data import load_tokenizer
 
         tokenizer = load_tokenizer(cfg.tokenizer)
         dsets, rows, lengths = prepare_task(part.cfg, part.name, out, tokenizer, log)
@@ -229,7 +147,7 @@ class TaskSuite:
 
     def evaluate(self, cfg: TaskStudyConfig, part: Part, prepared: Prepared, runs: list[Run], progress: bool,
                  log) -> dict:
-        from ..evaluation.positions import mean_statistics
+        from ....evaluation.positions import mean_statistics
 
         task, dsets, tokenizer = part.name, prepared.extra["datasets"], prepared.extra["tokenizer"]
         dd = next(iter(dsets.values()))  # the test splits: the same in every seed's data (those of data.seed)

@@ -13,16 +13,16 @@ from pathlib import Path
 
 import numpy as np
 
-from ..evaluation.claims import CALIBRATION, CLAIMED_IMPROVEMENT, CLAIMED_STRENGTH, CONTROL_TYPE, HARNESS_PROBLEM
-from ..evaluation.evaluate_models import EvaluationResult, judge_deltas, paired_deltas
-from ..evaluation.metrics import get_metric
-from ..evaluation.positions import positions_markdown
-from ..evaluation.report import cell as _cell
-from ..evaluation.report import legend, p_text, write_report
-from ..evaluation.verdicts import BETTER
-from .content_config import StudyConfig
+from ....evaluation.claims import CALIBRATION, CLAIMED_IMPROVEMENT, CLAIMED_STRENGTH, CONTROL_TYPE, HARNESS_PROBLEM
+from ....evaluation.evaluate_models import EvaluationResult, judge_deltas, paired_deltas
+from ....evaluation.metrics import get_metric
+from ....evaluation.positions import positions_markdown
+from ....evaluation.report import cell as _cell
+from ....evaluation.report import legend, p_text, write_report
+from ....evaluation.verdicts import BETTER
+from ...screen import DETAILS, json_default
+from .config import StudyConfig
 from .control import diagnose_control
-from .screen import DETAILS, json_default
 from .summary import summary_lines
 
 __all__ = ["best_strength", "write_study_report"]

@@ -32,14 +32,13 @@ False: one draw for every seed.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
-from ..training.config import ConfigError, ExperimentConfig
-from .config import (
-    StudyTrain,
+from ....training.config import ConfigError, ExperimentConfig
+from ...base_config import TrainedStudyConfig, digest
+from ...config import (
     check_comparisons,
     check_encoding_names,
     check_layers_on_model,
@@ -78,31 +77,29 @@ class TaskEval:
     batch_size: int = 32
 
 
-@dataclass
-class TaskStudyConfig:
-    name: str
-    model: dict  # a transformers config: model_type and its fields
+@dataclass(kw_only=True)
+class TaskStudyConfig(TrainedStudyConfig):
     encodings: dict  # name -> patch options ({"encoding": "native"} for the unpatched model)
     tasks: dict  # task name -> its options ({} for the defaults; see hf_trajpe.data.tasks)
     baseline: str
     optional_encodings: list[str] = field(default_factory=list)
     equivalence_margin: float = 2.0  # "no effect" only within ±margin accuracy points (two one-sided tests)
-    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     output_dir: str = "runs/study/tasks"
     report_dir: str = "outputs/study_tasks"
-    tokenizer: str = "byte"
-    workers: int = 2
     data: TaskData = field(default_factory=TaskData)
-    train: StudyTrain = field(default_factory=StudyTrain)
     eval: TaskEval = field(default_factory=TaskEval)
-    quick: list[str] = field(default_factory=list)
     budget: TaskBudget = field(default_factory=TaskBudget)
     per_task: dict = field(default_factory=dict)  # task -> {encodings: [names], train, data, budget}
     comparisons: list[list[str]] = field(default_factory=list)  # [[model, reference], ...] besides the baseline
 
+    ORDER: ClassVar[tuple[str, ...]] = (
+        "name", "model", "encodings", "tasks", "baseline", "optional_encodings", "equivalence_margin", "seeds",
+        "output_dir", "report_dir", "tokenizer", "workers", "data", "train", "eval", "quick", "budget", "per_task",
+        "comparisons")
+
     def unavailable(self) -> dict[str, str]:
         """Optional encodings this install cannot patch with: ``{name: why}``."""
-        from ..patching.schemes import encoding_names
+        from ....patching.schemes import encoding_names
 
         known = encoding_names()
         return {name: f"encoding {opts.get('encoding')!r} is not in this install of hf_trajpe ({', '.join(known)})"
@@ -141,7 +138,7 @@ class TaskStudyConfig:
         return [(a, b) for a, b in self.comparisons if a in names and b in names]
 
     def validate(self) -> TaskStudyConfig:
-        from ..data.tasks import get_task
+        from ....data.tasks import get_task
 
         if not self.tasks:
             raise ConfigError("tasks: at least one task is needed")
@@ -216,9 +213,6 @@ class TaskStudyConfig:
         check_comparisons(self.comparisons, self.encodings)
         self.comparisons = [list(p) for p in self.comparisons if all(n in available for n in p)]
 
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
     def fingerprint(self) -> str:
         """What decides the trained models: a resumed study reuses finished models only when this matches."""
         return _fingerprint(self.to_dict())
@@ -237,7 +231,7 @@ class TaskStudyConfig:
 
 def _fingerprint(d: dict, tasks: set[str] | None = None) -> str:
     """The fingerprint of a task study's config dict, over ``tasks`` only when given."""
-    keep = {k: d[k] for k in ("model", "tokenizer", "data", "train", "tasks")}
+    keep = {k: d[k] for k in (*TrainedStudyConfig.FINGERPRINT, "tasks")}
     per_task = d.get("per_task") or {}
     if tasks is not None:
         keep["tasks"] = {t: v for t, v in keep["tasks"].items() if t in tasks}
@@ -246,7 +240,7 @@ def _fingerprint(d: dict, tasks: set[str] | None = None) -> str:
         sized = {t: plan[section] for t, plan in per_task.items() if (plan or {}).get(section)}
         if sized:
             keep[f"per_task_{section}"] = sized
-    return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
+    return digest(keep)
 
 
 def _check_budget(budget: TaskBudget) -> None:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from hf_trajpe.evaluation.bootstrap import delta_with_intervals
-from hf_trajpe.study.rejudge import rejudge_delta, rejudge_markdown, rejudge_study
+from hf_trajpe.study.suites.content.rejudge import rejudge_delta, rejudge_markdown, rejudge_study
 
 
 def _nll(rng, shift: float, seed_shift: np.ndarray, n: int = 80) -> np.ndarray:

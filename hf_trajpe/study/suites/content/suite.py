@@ -1,33 +1,34 @@
 """The content study as a suite of the engine (:mod:`.engine`): models trained from scratch per encoding on
 the seven content types mixed, evaluated per content type and context length (perplexity against the
 baseline, :func:`hf_trajpe.evaluation.evaluate_models`), the random-content control, where the trajectory
-models put their tokens, and the strength sweep; the report is :mod:`.content_report`.
+models put their tokens, and the strength sweep; the evaluation besides perplexity is :mod:`.eval`, the report
+:mod:`.report`.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
-from .config import experiment_config
-from .content_config import StudyConfig
-from .content_report import write_study_report
-from .records import read_sessions
-from .rows import ROWS, save_rows
-from .runs import Run
-from .screen import first_screen
-from .suite import Part, Prepared
+from ...config import experiment_config
+from ...records import read_sessions
+from ...registry import register_suite
+from ...rows import ROWS, save_rows
+from ...runs import Run
+from ...screen import first_screen
+from ...suite import Part, Prepared, Suite
+from .config import StudyConfig
+from .eval import control_all, positions_all
+from .report import write_study_report
 from .sweep import plan_runs, sweep_names
 
-__all__ = ["ContentSuite", "control_all", "positions_all", "prepare_data", "run_experiment"]
+__all__ = ["ContentSuite", "prepare_data", "run_experiment"]
 
 
 def prepare_data(cfg: StudyConfig, out: Path, log) -> Path:
     """The content-type datasets under ``out/data``, and the training blocks every run trains on
     (``build_run_data`` of the runs' data section, built once: equal blocks per type) in ``train_rows.pt``."""
-    from ..data import save_all
-    from ..training import RunData, build_run_data, load_run_tokenizer
+    from ....data import save_all
+    from ....training import RunData, build_run_data, load_run_tokenizer
 
     data_dir, rows_path = out / "data", out / ROWS
     if not (data_dir / "manifest.json").exists():
@@ -49,55 +50,8 @@ def run_experiment(cfg: StudyConfig, run: Run) -> dict:
     return experiment_config(cfg, run.name, run.options, run.seed, work).to_dict()
 
 
-def positions_all(cfg: StudyConfig, models: dict[str, list[str]], data_dir: Path,
-                  content_types: list[str]) -> dict[str, dict[str, dict]]:
-    """Displacement statistics (:mod:`hf_trajpe.evaluation.positions`) of every trajectory model per content
-    type, on the test tokens at the training length (the evaluation's blocks at 1x), mean over seeds."""
-    from ..data import load_tokenizer
-    from ..evaluation import content_streams, load_model
-    from ..evaluation.positions import is_trajectory, mean_statistics, position_statistics
-
-    tok = load_tokenizer(cfg.tokenizer)
-    streams = content_streams(content_types, tok, "clm", data_dir=data_dir)
-    L, longest = cfg.data.block_size, cfg.data.block_size * max(cfg.eval.length_multipliers)
-    blocks = {t: torch.tensor(s[: min(len(s) // longest, cfg.eval.max_sequences) * longest]).view(-1, L)
-              for t, s in streams.items()}
-    out: dict[str, dict[str, dict]] = {}
-    for name, folders in models.items():
-        if name in cfg.encodings and cfg.encodings[name].get("encoding") != "trajectory":
-            continue  # no need to load it to know (sweep models are trajectory)
-        per_seed: dict[str, list[dict]] = {}
-        for folder in folders:
-            model = load_model(folder)
-            if not is_trajectory(model):
-                break
-            for t, b in blocks.items():
-                per_seed.setdefault(t, []).append(position_statistics(model, b, cfg.eval.batch_size, tok))
-        if per_seed:
-            out[name] = {t: mean_statistics(v) for t, v in per_seed.items()}
-    return out
-
-
-def control_all(cfg: StudyConfig, models: dict[str, list[str]], data_dir: Path) -> dict[str, dict]:
-    """:func:`~.control.random_control` of every model, averaged over seeds (the diagnosis of the control)."""
-    from ..data import load_tokenizer
-    from ..data.random_content import ALPHABET
-    from ..evaluation import content_streams, load_model
-    from .control import random_control
-
-    tok = load_tokenizer(cfg.tokenizer)
-    stream = content_streams(["random_content"], tok, "clm", data_dir=data_dir)["random_content"]
-    alphabet = tok(ALPHABET, add_special_tokens=False)["input_ids"]
-    out = {}
-    for name, folders in models.items():
-        per_seed = [random_control(load_model(f), stream, alphabet, cfg.data.block_size,
-                                   batch_size=cfg.eval.batch_size) for f in folders]
-        out[name] = {k: (v if isinstance(v, int) else sum(d[k] for d in per_seed) / len(per_seed))
-                     for k, v in per_seed[0].items()}  # floor and token count are the same for every seed
-    return out
-
-
-class ContentSuite:
+@register_suite
+class ContentSuite(Suite):
     """One part (every content type together); the sweep's runs beside the encodings'."""
 
     name = "content"
@@ -117,7 +71,7 @@ class ContentSuite:
 
     def evaluate(self, cfg: StudyConfig, part: Part, prepared: Prepared, runs: list[Run], progress: bool,
                  log) -> dict:
-        from ..evaluation import evaluate_models
+        from ....evaluation import evaluate_models
 
         data_dir = prepared.extra["data_dir"]
         models: dict[str, list[str]] = {}

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .config import patch_options, patch_value
-from .content_config import StudyConfig
-from .runs import Run, run_folder
+from ...config import patch_options, patch_value
+from ...runs import Run, run_folder
+from .config import StudyConfig
 
 __all__ = ["plan_runs", "sweep_label", "sweep_names"]
 

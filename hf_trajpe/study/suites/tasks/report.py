@@ -19,13 +19,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ..evaluation.answers import accuracy_intervals, paired_difference
-from ..evaluation.metrics import get_metric
-from ..evaluation.positions import positions_markdown
-from ..evaluation.report import legend, p_text
-from ..evaluation.verdicts import family_method, judge_family
-from .screen import DETAILS, json_default
-from .tasks_config import TaskStudyConfig
+from ....evaluation.answers import accuracy_intervals, paired_difference
+from ....evaluation.metrics import get_metric
+from ....evaluation.positions import positions_markdown
+from ....evaluation.report import legend, p_text
+from ....evaluation.verdicts import family_method, judge_family
+from ...screen import DETAILS, json_default
+from .config import TaskStudyConfig
 
 __all__ = ["METRICS", "aggregate_task", "judge_tasks", "write_task_report"]
 
@@ -210,7 +210,7 @@ def _budget_words(cfg: TaskStudyConfig, task: str, result: dict) -> str:
 
 def _task_md(cfg: TaskStudyConfig, task: str, agg: dict, result: dict, summaries: list[dict],
              timing: dict, family: int) -> list[str]:
-    from ..data.tasks import get_task
+    from ....data.tasks import get_task
 
     t = get_task(task)
     cfg = cfg.for_task(task)  # the data and training this task had

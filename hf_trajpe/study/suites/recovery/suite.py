@@ -1,0 +1,104 @@
+"""The recovery study as a suite of the engine (:mod:`hf_trajpe.study.engine`): how many fine-tuning steps bring a
+pretrained model back after its encoding is swapped, how much of the swap's damage they recover per content type,
+and does it then extrapolate better (docs/finetune.md, "Recovery after a swap").
+
+One part; one run per encoding and layer selection (:class:`~.config.RecoveryStudyConfig`), each the recipe
+through ``accelerate launch`` (:mod:`.train`): LoRA on real text, the held-out validation files scored before the
+first step and every ``train.eval_every`` steps of the experiment config. Then the recovered shares and the
+evaluation at 1x/2x/4x (:mod:`.eval`), and the report (:mod:`.report`). A finished run is not trained again.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from ...registry import register_suite
+from ...runs import SUMMARY, Run, run_folder
+from ...screen import first_screen
+from ...suite import Part, Prepared, Suite
+from ...train import EXPERIMENT
+from .config import RecoveryStudyConfig
+from .eval import extrapolation, recovery_shares, seconds_per_step
+from .report import write_recovery_report
+from .train import curve, train_recipe
+
+__all__ = ["RecoverySuite"]
+
+
+@register_suite
+class RecoverySuite(Suite):
+    name = "recovery"
+    config = RecoveryStudyConfig
+    train_fn = staticmethod(train_recipe)
+
+    def parts(self, cfg: RecoveryStudyConfig, log) -> list[Part]:
+        return [Part("recovery")]
+
+    def prepare(self, cfg: RecoveryStudyConfig, part: Part, out: Path, log) -> Prepared:
+        exp = cfg.base_experiment()
+        return Prepared(None, int(exp["data"]["block_size"]), {"experiment": exp})
+
+    def plan(self, cfg: RecoveryStudyConfig, part: Part, out: Path) -> list[Run]:
+        root = out / "models"
+        return [Run(r.name, seed, cfg.options(r), run_folder(root, r.name, seed))
+                for r in cfg.runs() for seed in cfg.seeds]
+
+    def experiment(self, cfg: RecoveryStudyConfig, part: Part, prepared: Prepared, run: Run) -> dict:
+        exp = json.loads(json.dumps(prepared.extra["experiment"]))
+        (recovery_run,) = [r for r in cfg.runs() if r.name == run.name]
+        exp["name"] = f"{cfg.name}_{run.name}"
+        exp["output_dir"] = str(run.folder.with_name(run.folder.name + ".tmp"))
+        exp["seed"] = run.seed
+        exp["encoding"] = cfg.encoding_section(recovery_run)
+        if cfg.steps is not None:
+            exp["train"]["max_steps"] = cfg.steps
+        exp.setdefault("logging", {})["progress"] = False
+        return {"config": exp, "recipe": cfg.recipe, "accelerate": cfg.accelerate, "threads": cfg.threads}
+
+    def evaluate(self, cfg: RecoveryStudyConfig, part: Part, prepared: Prepared, runs: list[Run], progress: bool,
+                 log) -> dict:
+        from ....data.registry import names
+
+        exp, out = prepared.extra["experiment"], Path(cfg.report_dir)
+        if cfg.threads is not None:  # the in-process scoring of the recovered shares too
+            import torch
+
+            torch.set_num_threads(cfg.threads)
+        by_name = {r.name: r for r in runs}
+        plan = cfg.runs()
+        curves = {r.name: curve(by_name[r.name].folder) for r in plan}
+        seconds = {r.name: json.loads((by_name[r.name].folder / SUMMARY).read_text())["train_seconds"] for r in plan}
+        tokens = exp["train"]["batch_size"] * exp["data"]["block_size"]
+        native = cfg.native()
+        first = curves.get(native, [{}])[0] if native else {}
+        stock = first["perplexity"] if first.get("step") == 0 else None
+        shares, evaluated = {}, False
+        if cfg.eval.recovery:
+            types = cfg.eval.types or ["real_text", *names()]
+            swapped = {r.name: (cfg.options(r), by_name[r.name].folder / "final") for r in plan
+                       if r.encoding != native}
+            native_final = by_name[native].folder / "final" if native else None
+            shares = recovery_shares(exp, swapped, native_final, out, types, cfg.eval.chunks)
+            if cfg.eval.extrapolation:
+                finals = {r.name: by_name[r.name].folder / "final" for r in plan}
+                extrapolation(exp, finals, out, ["real_text"], cfg.eval.real_sequences, "eval_real_text")
+                extrapolation(exp, finals, out, names(), cfg.eval.type_sequences, "eval_types")
+                evaluated = True
+        return {"curves": curves, "stock": stock, "seconds": seconds, "shares": shares, "evaluated": evaluated,
+                "per_step": {n: seconds_per_step(by_name[n].folder, tokens) for n in curves},
+                "runs": [r for r in plan if r.encoding != native], "chunks": cfg.eval.chunks, "experiment": exp,
+                "threads": cfg.threads, "folders": {r.name: by_name[r.name].folder for r in plan}}
+
+    def report(self, cfg: RecoveryStudyConfig, results: dict, summaries: list[dict], timing: dict, versions: dict,
+               command: str | None) -> dict[str, Path]:
+        result, out = results["recovery"], Path(cfg.report_dir)
+        configs = out / "configs"
+        configs.mkdir(parents=True, exist_ok=True)
+        for name, folder in result["folders"].items():  # the experiment config each run trained with
+            shutil.copyfile(folder / EXPERIMENT, configs / f"{name}.yaml")
+        return write_recovery_report(out, result, command)
+
+    def first_screen(self, paths: dict[str, Path]) -> str:
+        return first_screen(paths["study_md"].read_text())
