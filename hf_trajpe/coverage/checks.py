@@ -67,9 +67,10 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def _check_cell(model, label: str, encoding: str, options: dict, ids, stock, causal: bool, pad: int) -> CellResult:
     from ..patching import from_pretrained, patch
+    from ..patching.schemes.source import SOURCES
 
     result = CellResult(label)
-    trajectory = encoding == "trajectory"
+    trajectory = isinstance(encoding, str) and encoding in SOURCES  # a source on a base: strength 0 is the base
     opts = dict(options, strength=STRENGTH) if trajectory else dict(options)
     try:
         if label == LAYER_MAP:

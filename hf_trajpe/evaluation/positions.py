@@ -35,11 +35,13 @@ def is_trajectory(model) -> bool:
     """Whether ``model`` is patched with trajectory positions (the only ones that move)."""
     try:
         from ..patching import get_handle
+        from ..patching.schemes.source import SOURCES
 
         handle = get_handle(model)
     except Exception:  # not a transformers model
         return False
-    return handle is not None and getattr(handle.config, "encoding", None) == "trajectory"
+    encoding = getattr(handle.config, "encoding", None) if handle is not None else None
+    return isinstance(encoding, str) and encoding in SOURCES
 
 
 @contextlib.contextmanager

@@ -8,15 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ....patching.schemes.source import SOURCES
 from ...config import patch_options, patch_value
 from ...runs import Run, run_folder
 from .config import StudyConfig
 
 __all__ = ["plan_runs", "sweep_label", "sweep_names"]
-
-_TRAJECTORY_ONLY = ("base", "strength", "learnable_strength", "beta", "interpolation", "detach", "cache",
-                    "cache_size")
-
 
 
 def sweep_label(strength: float) -> str:
@@ -24,13 +21,15 @@ def sweep_label(strength: float) -> str:
 
 
 def _canonical(opts: dict | None):
-    """A comparable form of a patch; trajectory at strength 0 becomes its base encoding."""
-
+    """A comparable form of a patch; positions from a source (trajectory) at strength 0 and no extension are its
+    base encoding's, so such a patch becomes its base without the source's own options."""
     if opts is None:
         return ("native",)
     opts = dict(opts)
-    if opts.get("encoding") == "trajectory" and opts.get("strength", 0.2) == 0 and opts.get("base"):
-        opts = {k: v for k, v in opts.items() if k not in _TRAJECTORY_ONLY} | {"encoding": opts["base"]}
+    source = SOURCES.get(opts.get("encoding"))
+    if source is not None and opts.get("strength", 0.2) == 0 and opts.get("base") and not opts.get("extend"):
+        own = {o.name for o in source.options}
+        opts = {k: v for k, v in opts.items() if k not in own} | {"encoding": opts["base"]}
     cfg = patch_value(opts).to_dict()
     return tuple(sorted((k, str(v)) for k, v in cfg.items()))
 
