@@ -89,7 +89,10 @@ def make_pre_hook(states: list[PatchState], runner: nn.Module, model_config, emb
             b, n = inputs_embeds.shape[:2]
             mask = kw.get("attention_mask")
             mask = mask[:, -n:].to(inputs_embeds.device) if mask is not None else None
-            kw["position_ids"] = real_ranks(mask, lead.step.past_real, b, n, inputs_embeds.device)[0]
+            ranks = real_ranks(mask, lead.step.past_real, b, n, inputs_embeds.device)[0]
+            if lead.position_skips is not None:  # PoSE: the layers left alone skip as the patched ones do
+                ranks = ranks + lead.position_skips.to(ranks.device, torch.int64)
+            kw["position_ids"] = ranks
         if zero_token_types and kw.get("token_type_ids") is None:
             kw["token_type_ids"] = torch.zeros(inputs_embeds.shape[:2], dtype=torch.long, device=inputs_embeds.device)
         return (), kw

@@ -157,6 +157,9 @@ class PatchState(nn.Module):
         self.clamped_tokens = 0
         #: the batch-length dependence of dynamic NTK and LongRoPE was said (``_note_batch_scaling``)
         self.batch_scaling_noted = False
+        #: ``[b, n]`` skips added to the positions of each forward (PoSE training,
+        #: :mod:`hf_trajpe.training.pose`); ``None``: the positions as the source computes them
+        self.position_skips: torch.Tensor | None = None
         #: attribute of the KV cache object holding this state's :class:`DecodingMemory` (one per patch of a model)
         self.memory_key = MEMORY_ATTR
         #: ``layer_idx`` of the self-attention modules our attention functions serve, when the KV cache
@@ -276,6 +279,8 @@ class PatchState(nn.Module):
             self._note_batch_scaling(mask, past_len + n)
         positions, num_real, past = self.source(self, embeddings, input_ids, mask, memory, use_cache,
                                                 embedding_weight)
+        if self.position_skips is not None:
+            positions = positions + self._skips(b, n, memory, positions)
         key_positions = None
         if self.plan.key_positions:
             key_positions = positions
@@ -286,6 +291,16 @@ class PatchState(nn.Module):
         self.step = Step(positions, key_positions, memory.num_real if memory is not None else None,
                          past_key_values if prepare else None)
         self.pending = DecodingMemory(num_real, key_positions, past, bool(prepare)) if use_cache else None
+
+    def _skips(self, b: int, n: int, memory, positions: torch.Tensor) -> torch.Tensor:
+        """The PoSE skips of this forward, checked: training windows only, one skip per token."""
+        skips = self.position_skips
+        if memory is not None:
+            raise ValueError("position skips (PoSE) apply to training windows, not to a forward after a KV cache; "
+                             "clear them (PatchState.position_skips = None) before generating")
+        if tuple(skips.shape) != (b, n):
+            raise ValueError(f"position skips (PoSE) must be [batch, seq] = {(b, n)}, got {tuple(skips.shape)}")
+        return skips.to(device=positions.device, dtype=positions.dtype)
 
     def _note_batch_scaling(self, mask: torch.Tensor, length: int) -> None:
         """Dynamic NTK and LongRoPE pick their frequencies from the length of the whole batch: in a padded batch

@@ -30,6 +30,7 @@ __all__ = [
     "LoggingConfig",
     "ModelConfig",
     "OptimizerConfig",
+    "PoseConfig",
     "ScheduleConfig",
     "TrainConfig",
     "apply_overrides",
@@ -389,6 +390,21 @@ class LoggingConfig:
 
 
 @dataclass
+class PoseConfig:
+    """PoSE (:mod:`hf_trajpe.training.pose`): train on windows of ``data.block_size`` tokens whose position
+    ids are split into ``chunks`` with random skips, so the distances of ``target_length`` tokens are seen."""
+
+    target_length: int
+    chunks: int = 2
+
+    def validate(self, where: str) -> None:
+        if self.target_length < 1:
+            raise ConfigError(f"{where}.target_length must be >= 1, got {self.target_length}")
+        if self.chunks < 2:
+            raise ConfigError(f"{where}.chunks must be >= 2 (one chunk never skips), got {self.chunks}")
+
+
+@dataclass
 class ExperimentConfig:
     """One fine-tuning run. ``output_dir`` receives ``config.yaml`` (resolved), ``checkpoints/``,
     ``logs/``, ``metrics.jsonl``, ``eval.json`` and ``final/`` (the patched model). ``encoding: null``
@@ -404,19 +420,30 @@ class ExperimentConfig:
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    pose: PoseConfig | None = None  # null: the windows' own position ids
 
     def validate(self) -> ExperimentConfig:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if dataclasses.is_dataclass(value):
                 value.validate(f.name)
+        if self.pose is not None:
+            if self.pose.target_length < self.data.block_size:
+                raise ConfigError(f"pose.target_length ({self.pose.target_length}) must be >= data.block_size "
+                                  f"({self.data.block_size}), the length of the training windows")
+            if self.pose.chunks > self.data.block_size:
+                raise ConfigError(f"pose.chunks ({self.pose.chunks}) must be <= data.block_size "
+                                  f"({self.data.block_size}): every chunk holds one token at least")
         if self.model.task == "mlm" and self.model.tokenizer == "byte":
             raise ConfigError("model.tokenizer: masked LM needs a tokenizer with [CLS]/[SEP]/[MASK] "
                               "(e.g. minilm), not 'byte'")
         return self
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(self)
+        if data["pose"] is None:  # runs without PoSE keep the resolved config they always had
+            del data["pose"]
+        return data
 
     def save(self, path: str | Path) -> None:
         import yaml

@@ -6,6 +6,8 @@ one loop from one CPU process to DDP and FSDP on GPUs.
   once per optimizer step whatever the number of processes.
 - Deterministic data order (:mod:`hf_trajpe.training.data`): a resumed run sees exactly the batches the
   uninterrupted run would have seen, so its loss curve is the same. A non-finite loss stops the run.
+- PoSE (``pose`` in the config, :mod:`hf_trajpe.training.pose`): each micro-batch's position ids skip,
+  drawn from ``(seed, process, micro-batch index)``; evaluation runs at the windows' own ids.
 - Periodic evaluation per content type through :func:`hf_trajpe.evaluation.score_blocks`.
 - Tracker logging (TensorBoard, JSON lines) of loss, learning rate, gradient norm, tokens/s, the
   strength, and the counters of the patch's monitor (docs/spec.md, section 5).
@@ -48,6 +50,7 @@ from .data import RunData, build_run_data, iterate_rows
 from .files import OutputLock, RunFileError, atomic_write_text, clean_leftovers
 from .model import build_model, check_paths, is_lora, load_run_tokenizer
 from .optimization import build_optimizer, build_scheduler
+from .pose import check_pose_model, pose_batch, pose_generator, skipped_positions
 from .reporting import RunReport, _TiedWeightsFilter, tied_names
 from .saving import RunSaving
 from .stopping import LAUNCHER_ENV, STOP_SIGNALS, StopControl, exit_status, launcher_pid
@@ -184,6 +187,8 @@ class Trainer(StopControl, RunReport, RunSaving):
             trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
             total = sum(p.numel() for p in model.parameters())
             self.log(f"[hf_trajpe] LoRA: {trainable:,} trainable parameters of {total:,}")
+        if cfg.pose is not None:  # refused before anything trains where position ids mean nothing
+            check_pose_model(model, self.handle, cfg.pose.target_length)
         self.monitor = self.handle.attach_monitor() if self.handle is not None else None
         optimizer = build_optimizer([p for p in model.parameters() if p.requires_grad], cfg)
         self.scheduler = build_scheduler(optimizer, cfg)  # not prepared: stepped once per step, any world size
@@ -242,7 +247,12 @@ class Trainer(StopControl, RunReport, RunSaving):
         inputs, labels = inputs.to(acc.device), labels.to(acc.device)
         # no attention_mask: training blocks have no padding, and an all-ones mask changes trajectory
         # gradients in the last bits (the study's models were trained without one)
-        return self.model(input_ids=inputs, labels=labels, **kwargs).loss
+        if cfg.pose is None:
+            return self.model(input_ids=inputs, labels=labels, **kwargs).loss
+        ids = pose_batch(inputs.shape[0], inputs.shape[1], cfg.pose.target_length, cfg.pose.chunks,
+                         pose_generator(cfg.seed, acc.process_index, k)).to(acc.device)
+        with skipped_positions(self.model, self.handle, ids) as extra:
+            return self.model(input_ids=inputs, labels=labels, **kwargs, **extra).loss
 
     def train(self) -> str:
         """Train to ``train.max_steps`` (or ``train.stop_after``, or a SIGTERM/SIGINT, or the launcher's
