@@ -108,8 +108,10 @@ def check_pose_model(model, handle, target_length: int) -> None:
     if handle is not None:
         plans = [st.plan for st in _patch_states(handle)]
         names = [(p.scheme, p.max_positions) for p in plans]
-    else:
-        names = [(adapter_for(model).native, None)]
+    else:  # the model as built: its own scheme, and its own table's rows where it reads one
+        native = adapter_for(model).native
+        rows = getattr(model.config, "max_position_embeddings", None) if get_scheme(native).reads_table else None
+        names = [(native, rows)]
     for name, limit in names:
         contributes = get_scheme(name).contributes
         if contributes not in POSE_CONTRIBUTIONS:

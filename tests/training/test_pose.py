@@ -157,6 +157,9 @@ def test_a_learned_table_shorter_than_the_target_is_refused():
     from transformers import GPT2Config, GPT2LMHeadModel
 
     model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, n_positions=64, vocab_size=64))
+    check_pose_model(model, None, 64)  # the model as built reads its own table
+    with pytest.raises(ValueError, match=r"pose.target_length \(65\).*'learned'.*64 positions"):
+        check_pose_model(model, None, 65)
     handle = hf_trajpe.patch(model, "native")
     check_pose_model(model, handle, 64)
     with pytest.raises(ValueError, match=r"pose.target_length \(65\).*64 positions"):
@@ -212,3 +215,15 @@ def test_recipe_trains_with_pose_and_refuses_alibi(tmp_path):
     refused = run_recipe(TINY, tmp_path / "alibi", "encoding.name=alibi", "train.max_steps=1",
                          "pose.target_length=512", check=False)
     assert refused.returncode != 0 and "'alibi' encoding (bias) gets nothing" in refused.stdout + refused.stderr
+
+
+@pytest.mark.slow
+def test_a_resumed_pose_run_has_the_uninterrupted_loss_curve(tmp_path):
+    run = ["encoding.name=rope", "encoding.options={}", "train.max_steps=4", "pose.target_length=512",
+           "train.gradient_accumulation_steps=2"]
+    run_recipe(TINY, tmp_path / "full", *run)
+    run_recipe(TINY, tmp_path / "split", *run, "train.stop_after=2")
+    run_recipe(TINY, tmp_path / "split", *run, resume=True)
+    full, split = losses(tmp_path / "full"), losses(tmp_path / "split")
+    assert sorted(full) == sorted(split) == [1, 2, 3, 4]
+    assert max(abs(full[k] - split[k]) for k in full) <= 1e-6
