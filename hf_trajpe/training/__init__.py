@@ -14,6 +14,7 @@ from .config import (
     LoggingConfig,
     ModelConfig,
     OptimizerConfig,
+    PoseConfig,
     ScheduleConfig,
     TrainConfig,
     apply_overrides,
@@ -25,6 +26,7 @@ from .data import RunData, batch_indices, build_run_data, iterate_batches, itera
 from .files import RunFileError
 from .model import auto_model_class, build_model, load_run_tokenizer, resolve_model_path
 from .optimization import build_optimizer, build_scheduler, lr_factor
+from .pose import PoSECollator, pose_position_ids
 
 __all__ = [
     "ConfigError",
@@ -34,6 +36,8 @@ __all__ = [
     "LoggingConfig",
     "ModelConfig",
     "OptimizerConfig",
+    "PoSECollator",
+    "PoseConfig",
     "RunData",
     "RunFileError",
     "ScheduleConfig",
@@ -56,6 +60,7 @@ __all__ = [
     "load_run_tokenizer",
     "lr_factor",
     "mask_tokens",
+    "pose_position_ids",
     "read_trainer_state",
     "resolve_model_path",
     "save_checkpoint",

@@ -100,8 +100,9 @@ def _patch_states(handle) -> list:
 
 
 def check_pose_model(model, handle, target_length: int) -> None:
-    """Refuse PoSE where position ids mean nothing: by what each scheme of the model contributes (ALiBi's
-    bias, CoPE's contextual positions, NoPE), and where a learned table is shorter than ``target_length``."""
+    """Refuse PoSE where position ids mean nothing: by what the model's schemes contribute (ALiBi's bias,
+    CoPE's contextual positions, NoPE; a layer map needs one scheme that reads them), and where a learned
+    table is shorter than ``target_length``."""
     from ..patching.families import adapter_for
     from ..patching.schemes import get_scheme
 
@@ -113,14 +114,16 @@ def check_pose_model(model, handle, target_length: int) -> None:
         rows = getattr(model.config, "max_position_embeddings", None) if get_scheme(native).reads_table else None
         names = [(native, rows)]
     for name, limit in names:
-        contributes = get_scheme(name).contributes
-        if contributes not in POSE_CONTRIBUTIONS:
-            raise ValueError(f"pose: PoSE trains on skipped position ids, and the {name!r} encoding "
-                             f"({contributes}) gets nothing from them: {_REFUSED[contributes]}. Remove pose, or "
-                             "train an encoding that reads position ids (rope, trajectory, sinusoidal, learned)")
         if limit is not None and target_length > limit:
             raise ValueError(f"pose.target_length ({target_length}) is past the position limit of the {name!r} "
                              f"encoding ({limit} positions); lower pose.target_length")
+    readers = [n for n, _ in names if get_scheme(n).contributes in POSE_CONTRIBUTIONS]
+    if not readers:  # (a layer map with one reader trains it; the other layers run at the same ids)
+        name = names[0][0]
+        contributes = get_scheme(name).contributes
+        raise ValueError(f"pose: PoSE trains on skipped position ids, and the {name!r} encoding "
+                         f"({contributes}) gets nothing from them: {_REFUSED[contributes]}. Remove pose, or "
+                         "train an encoding that reads position ids (rope, trajectory, sinusoidal, learned)")
 
 
 @contextlib.contextmanager

@@ -153,6 +153,18 @@ def test_encodings_without_position_ids_are_refused_with_the_reason(encoding, re
         check_pose_model(model, handle, 128)
 
 
+def test_a_layer_map_trains_when_one_of_its_encodings_reads_position_ids():
+    from hf_trajpe.patching.layer_map import LayerMap
+
+    model = tiny_llama()
+    check_pose_model(model, hf_trajpe.patch(model, LayerMap.from_spec({"0": {"encoding": "none"},
+                                                                        "1": {"encoding": "rope"}})), 128)
+    model = tiny_llama()
+    handle = hf_trajpe.patch(model, LayerMap.from_spec({"0": {"encoding": "none"}, "1": {"encoding": "alibi"}}))
+    with pytest.raises(ValueError, match="pose: .*'none' encoding"):
+        check_pose_model(model, handle, 128)
+
+
 def test_a_learned_table_shorter_than_the_target_is_refused():
     from transformers import GPT2Config, GPT2LMHeadModel
 
