@@ -42,6 +42,11 @@ FILE_KEYS = ("save_id",)
 MAX_POSITIONS = 2**20
 
 
+def named_contributes(encoding: str) -> str | None:
+    """What the scheme named ``encoding`` contributes (``None``: not a scheme's name)."""
+    return SCHEMES[encoding].contributes if encoding in SCHEMES else None
+
+
 @dataclass
 class PatchConfig:
     """What to patch a model with. Validates itself on construction.
@@ -175,12 +180,13 @@ class PatchConfig:
                                  f"length: positions advance by 1/extend on average), got {ext!r}")
             self.extend = float(ext)
         if self.rope_parameters is not None:
-            rotation = (self.encoding in ("rope", "native")
+            rotation = (self.encoding in ("rope", "native") or named_contributes(self.encoding) == "remap"
                         or (self.encoding == "trajectory" and self.base in (None, "rope")))
             if not rotation:
                 raise ValueError(
                     "rope_parameters extends a rotary encoding: give it with encoding='rope', 'native' (on a RoPE "
-                    f"model) or 'trajectory' on base 'rope', not {self.encoding!r}"
+                    f"model), a remap ({', '.join(n for n in SCHEMES if named_contributes(n) == 'remap')}) or "
+                    f"'trajectory' on base 'rope', not {self.encoding!r}"
                     + (f" on {self.base!r}" if self.base else ""))
             self.rope_parameters = check_rope_parameters(self.rope_parameters)
         if self.rotary_fraction is not None:

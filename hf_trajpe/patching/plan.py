@@ -19,7 +19,7 @@ from .config import PatchConfig
 from .families import FamilyAdapter, adapter_for
 from .families.structure import rotary_frequencies
 from .layers import describe_layers, resolve_selection
-from .rope_scaling import RopeScaling, resolve_rope_parameters
+from .rope_scaling import DYNAMIC_ROPE_TYPES, RopeScaling, resolve_rope_parameters
 from .schemes import check_interpolation, get_scheme
 
 __all__ = ["ATTENTION_NAMES", "ROTARY_TYPES", "PatchPlan", "resolve_plan", "get_path", "self_attention_modules"]
@@ -155,7 +155,7 @@ def _hook(scheme_cls, family: FamilyAdapter) -> str:
         return "table" if "table" in provides else "embeddings"
     if scheme_cls.contributes == "rotary":
         return "rotary" if "rotary" in provides else "attention"
-    if scheme_cls.contributes in ("bias", "score"):
+    if scheme_cls.contributes in ("bias", "score", "remap"):
         return "attention"
     return "none"
 
@@ -243,6 +243,8 @@ def resolve_plan(config: PatchConfig, model: nn.Module) -> PatchPlan:
                     f"rope_type {rope_type!r} of {type(rotary).__name__} is not one hf_trajpe reproduces; "
                     f"supported rope types: {', '.join(ROTARY_TYPES)}"
                 )
+        if scheme_cls.contributes == "remap":
+            _check_remap_rotary(name, rotary, rope_types, config)
     if config.sinusoid_scale == "embeddings":
         config = dataclasses.replace(config, sinusoid_scale=embedding_matched_scale(model))
     attention = self_attention_modules(base, family.self_attention)
@@ -251,6 +253,10 @@ def resolve_plan(config: PatchConfig, model: nn.Module) -> PatchPlan:
     if config.rope_parameters is not None:
         scaling = _rope_scaling(config, model_config, family, name, hook, rotary, head_dim)
         config = dataclasses.replace(config, rope_parameters=scaling.given)
+    if scheme_cls.options:  # defaults that depend on the model (a remap's window as a share of the trained length)
+        trained = scaling.max_position_embeddings if scaling is not None else _trained_length(model_config)
+        config = dataclasses.replace(config, scheme_options=scheme_cls.options_for_model(config.scheme_options,
+                                                                                         trained))
     rope_theta, rotary_width = float(config.rope_theta), None
     if config.rotary_fraction is not None:
         rotary_width = _rotary_width(config.rotary_fraction, head_dim, family)
@@ -269,6 +275,28 @@ def resolve_plan(config: PatchConfig, model: nn.Module) -> PatchPlan:
     )
     scheme_cls.check_model(plan)
     return plan
+
+
+def _trained_length(model_config) -> int | None:
+    """The length the model's rotation was trained for: ``original_max_position_embeddings`` of an extended
+    model, else ``max_position_embeddings``; ``None`` when the config has neither."""
+    params = getattr(model_config, "rope_parameters", None) or {}
+    length = params.get("original_max_position_embeddings") if isinstance(params, dict) else None
+    length = length or getattr(model_config, "original_max_position_embeddings", None) \
+        or getattr(model_config, "max_position_embeddings", None)
+    return int(length) if length else None
+
+
+def _check_remap_rotary(name: str, rotary: nn.Module, rope_types, config: PatchConfig) -> None:
+    """Refuse a rotary module a remap cannot use: frequencies per layer type, or frequencies that change with
+    the sequence length (a remap keeps the positions inside the trained range, at fixed frequencies)."""
+    if isinstance(rope_types, dict):
+        raise NotImplementedError(f"{name} remaps the positions of one rotary module; {type(rotary).__name__} keeps "
+                                  "frequencies per layer type")
+    if rope_types in DYNAMIC_ROPE_TYPES and config.rope_parameters is None:
+        raise NotImplementedError(f"{name} remaps positions over fixed rotary frequencies; this model's rope_type "
+                                  f"{rope_types!r} changes them with the sequence length: give a static "
+                                  "rope_parameters (for example yarn) or use another encoding")
 
 
 def _rotary_width(fraction: float, head_dim: int | None, family: FamilyAdapter) -> int:
@@ -337,10 +365,11 @@ def _check_layers(config: PatchConfig, family: FamilyAdapter, name: str, scheme_
 def _rope_scaling(config: PatchConfig, model_config, family: FamilyAdapter, name: str, hook: str, rotary,
                   head_dim: int | None) -> RopeScaling:
     """The context extension of ``config.rope_parameters`` resolved against the model, or a refusal saying why."""
-    if name != "rope":
+    remap = get_scheme(name).contributes == "remap"  # the model's own rotary module, remapped inside attention
+    if name != "rope" and not remap:
         raise ValueError(f"rope_parameters extends a rotation, and this patch runs {name!r} ({family.name}'s own "
                          f"scheme is {family.native!r}): use encoding='rope' or trajectory with base='rope'")
-    if hook == "rotary":
+    if hook == "rotary" or remap:
         if rotary is None:
             raise NotImplementedError(f"{family.name} computes its rotation in its own code; context extension needs "
                                       "a rotary module that transformers builds from config.rope_parameters")

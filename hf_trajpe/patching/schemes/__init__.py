@@ -4,6 +4,7 @@ Import order is registration order, which is the order error messages and ``SUPP
 """
 
 from . import sinusoidal, rope, alibi, nope, learned, cope  # noqa: F401, I001  (registers them, in this order)
+from . import self_extend, rerope, string, dca  # noqa: F401, I001  (remaps of the model's own rotary: remap.py)
 from .scheme import CONTRIBUTIONS, SCHEMES, Scheme, check_interpolation, get_scheme, register_scheme
 
 __all__ = ["CONTRIBUTIONS", "SCHEMES", "Scheme", "check_interpolation", "encoding_names", "get_scheme",

@@ -11,6 +11,8 @@ What a scheme contributes (``contributes``):
 - ``"bias"``: a bias on the attention scores from query and key positions (``attention_bias``),
 - ``"score"``: an additive modification of the attention scores computed from the queries and keys
   themselves, per layer (``score_bias``; CoPE),
+- ``"remap"``: the model's own rotation at positions that depend on the query-key pair, computed per
+  region inside attention (``remap.py``: Self-Extend, ReRoPE, dual chunk attention, STRING),
 - ``"nothing"``: no positional signal at all (NoPE).
 
 A scheme may declare options of its own (``options``: name -> default); ``hf_trajpe.patch`` routes
@@ -33,7 +35,7 @@ from ..types import PlanView
 __all__ = ["CONTRIBUTIONS", "SCHEMES", "Scheme", "register_scheme", "get_scheme", "check_interpolation",
            "table_rows_for"]
 
-CONTRIBUTIONS = ("additive", "rotary", "bias", "score", "nothing")
+CONTRIBUTIONS = ("additive", "rotary", "bias", "score", "remap", "nothing")
 #: name -> scheme class, in registration order (the order in which errors list them)
 SCHEMES: dict[str, type[Scheme]] = {}
 
@@ -77,6 +79,8 @@ class Scheme(nn.Module):
         this scheme. Additive vectors can always be added to the input embeddings."""
         if cls.contributes == "rotary":
             return "rotary" in provides or "attention" in provides
+        if cls.contributes == "remap":  # the model's own rotary, inside our attention
+            return {"rotary", "attention"} <= provides
         if cls.contributes in ("bias", "score"):
             return "attention" in provides
         return True
@@ -94,6 +98,12 @@ class Scheme(nn.Module):
             declared = ", ".join(cls.options) or "none"
             raise ValueError(f"{cls.name} has no option(s) {', '.join(unknown)}; its options: {declared}")
         return {k: cls.check_option(k, given.get(k, default)) for k, default in cls.options.items()}
+
+    @classmethod
+    def options_for_model(cls, options: dict, trained_length: int | None) -> dict:
+        """``options`` (checked) with defaults that depend on the model filled in, given its trained length
+        (``None``: unknown); called when patching. Default: as given."""
+        return options
 
     @classmethod
     def check_option(cls, name: str, value: object) -> object:

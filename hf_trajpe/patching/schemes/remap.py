@@ -1,0 +1,73 @@
+"""The interface of the training-free long-context methods that remap relative positions (Self-Extend,
+ReRoPE, dual chunk attention, STRING) over a model's own rotary, and what they share.
+
+Such a method keeps the model's RoPE frequencies (or those of ``rope_parameters``) but gives a query-key
+pair ``(i, j)`` another relative distance than ``i - j``. Every one of them splits the pairs into a few
+*regions* (a neighbour window and the rest; the chunks of DCA), and within a region the distance is
+``f_q(i) - f_k(j)``: the query rotated at one position, the key at another. A scheme declares the regions
+(:meth:`RemapScheme.regions`: per region the positions at which queries and keys are rotated) and which
+region each pair falls in (:meth:`RemapScheme.region_index`); the attention (``patching/remap_attention.py``)
+computes the scores of each region and takes, per pair, the score of its region before one softmax.
+
+The model's own rotation is switched off (its rotary module gives the identity rotation), so attention and
+the KV cache see unrotated queries and keys. ``i`` and ``j`` are the ranks of the real tokens (from the
+attention mask, continuing after the KV cache), so a left-padded row equals the sequence alone.
+
+Options that depend on the model (DCA's chunk size, STRING's shift: fractions of the trained length) default
+to ``None`` and are filled in by :meth:`RemapScheme.options_for_model` when patching, so a saved patch holds
+the numbers it ran with. The trained length is the model's ``original_max_position_embeddings`` or
+``max_position_embeddings``, or the extended length of ``rope_parameters``.
+
+Shape legend: ``b`` batch, ``n`` queries, ``t`` keys.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+
+from .scheme import Scheme
+
+__all__ = ["RemapScheme", "positive_int"]
+
+
+def positive_int(scheme: str, name: str, value: object, minimum: int = 1, what: str = "") -> int:
+    """``value`` as an integer ``>= minimum``, or a ``ValueError`` naming the option and the scheme."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} ({scheme}) must be an integer >= {minimum}{what}, got {value!r}")
+    return value
+
+
+class RemapScheme(Scheme):
+    """A rotary scheme whose relative distances depend on the query-key pair (module docstring)."""
+
+    contributes = "remap"
+    bidirectional = False
+    needs_key_positions = True
+    attention_implementations = ("eager", "sdpa")
+    attention_refusals: ClassVar[dict[str, str]] = {
+        "flex_attention": "its scores come from several rotations of each query and key, selected per pair, which "
+                          "a flex score_mod (one score from one rotated q and k) cannot compute",
+    }
+
+    @classmethod
+    def check_model(cls, plan) -> None:
+        scaling = plan.rope_scaling
+        if scaling is not None and scaling.dynamic:
+            raise NotImplementedError(
+                f"{cls.name} remaps positions over fixed rotary frequencies; rope_type "
+                f"{scaling.parameters['rope_type']!r} changes them with the sequence length: use a static type "
+                "(yarn, linear, llama3, ntk)")
+
+    def regions(self, query_positions: torch.Tensor,
+                key_positions: torch.Tensor) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
+        """Per region, in the numbering of :meth:`region_index`: the positions ``[b, n]`` at which each query
+        is rotated and ``[b, t]`` at which each key is rotated, from the real positions ``[b, n]`` and
+        ``[b, t]`` (float32 ranks). Regions may return the same key tensor (rotated once)."""
+        raise NotImplementedError
+
+    def region_index(self, query_positions: torch.Tensor, key_positions: torch.Tensor) -> torch.Tensor:
+        """The region of each pair, an integer tensor ``[b, n, t]``, from ``[b, n, 1]`` and ``[b, 1, t]``
+        (float32 ranks). Pairs with ``j > i`` are masked anyway: any region."""
+        raise NotImplementedError

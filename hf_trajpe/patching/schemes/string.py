@@ -1,0 +1,79 @@
+"""STRING, shifted rotary positions (An et al., "Why Does the Effective Context Length of LLMs Fall Short?",
+ICLR 2025; reference code HKUNLP/STRING).
+
+Large relative distances are rarely trained; STRING reuses well-trained ones for them. A pair at distance
+``d = i - j`` keeps it while ``d < shift``; from ``shift`` on it gets ``d - shift + local_window`` (the query at
+``i - shift + local_window``, the key at ``j``), so distances never exceed ``n - 1 - shift + local_window`` and
+the ``local_window`` nearest positions stay reserved for neighbours. ``shift = 0`` switches it off (the
+reference scripts run plain RoPE then).
+
+Defaults as the reference code: ``shift`` 0.33 of the trained length (``int(0.33 * P)``; the paper suggests
+0.25 to 0.4), ``local_window`` 128. Two details of the reference implementation are not followed: its prefill
+counts the key at distance exactly ``shift`` in both parts (its sliding window is ``shift + 1`` keys wide; its
+decoding step and the paper do not), and it multiplies cos/sin by ``1 + 0.1 ln 2`` in every pair, a
+temperature outside the method (its decoding and prefill agree on that one).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .remap import RemapScheme, positive_int
+from .scheme import register_scheme
+
+#: the reference code's shift, as a share of the trained length
+SHIFT_RATIO = 0.33
+
+
+@register_scheme
+class String(RemapScheme):
+    name = "string"
+    #: ``shift`` ``None``: ``int(0.33 * P)`` of the trained length ``P``
+    options = {"shift": None, "local_window": 128}
+
+    @classmethod
+    def check_option(cls, name: str, value: object) -> object:
+        if name == "shift" and value is not None:
+            return positive_int(cls.name, name, value, minimum=0, what=" (0 switches STRING off)")
+        if name == "local_window":
+            return positive_int(cls.name, name, value, minimum=0, what=" (positions kept for neighbours)")
+        return value
+
+    @classmethod
+    def check_options(cls, given: dict) -> dict:
+        options = super().check_options(given)
+        shift, window = options["shift"], options["local_window"]
+        if shift and window >= shift:
+            raise ValueError(f"local_window (string) must be smaller than shift (shifted distances d - shift + "
+                             f"local_window would not shrink), got local_window={window}, shift={shift}; give a "
+                             "smaller local_window")
+        return options
+
+    @classmethod
+    def options_for_model(cls, options: dict, trained_length: int | None) -> dict:
+        options = dict(options)
+        if options["shift"] is None:
+            if trained_length is None:
+                raise ValueError("string: this model's config has no max_position_embeddings (its trained "
+                                 "length); give shift")
+            options["shift"] = int(SHIFT_RATIO * trained_length)
+        return cls.check_options(options)
+
+    def __init__(self, plan) -> None:
+        super().__init__(plan)
+        options = plan.config.scheme_options
+        self.shift, self.local_window = int(options["shift"]), int(options["local_window"])
+
+    def regions(self, query_positions, key_positions):
+        if not self.shift:
+            return ((query_positions, key_positions),)
+        return ((query_positions, key_positions), (query_positions - (self.shift - self.local_window), key_positions))
+
+    def region_index(self, query_positions, key_positions):
+        if not self.shift:
+            return torch.zeros(torch.broadcast_shapes(query_positions.shape, key_positions.shape), dtype=torch.int8,
+                               device=query_positions.device)
+        return (query_positions - key_positions >= self.shift).to(torch.int8)
+
+    def extra_repr(self) -> str:
+        return f"{self.name}, shift={self.shift}, local_window={self.local_window}"
