@@ -93,7 +93,8 @@ def _reference_attention(module, query, key, value, attention_mask, scaling=None
     rotated = (turned1 * k1 + turned2 * k2).sum(-1) * a * a
     passed = q[..., 2 * half:] @ k[..., 2 * half:].transpose(0, 1, 3, 2)
     scores = (rotated + passed) * (d ** -0.5 if scaling is None else scaling)
-    allowed = real[:, None, None, :] & (positions[:, :, None] >= positions[:, None, :])[:, None] & real[:, None, :, None]
+    causal = (positions[:, :, None] >= positions[:, None, :])[:, None]
+    allowed = real[:, None, None, :] & causal & real[:, None, :, None]
     scores = np.where(allowed, scores, -np.inf)
     top = np.max(scores, axis=-1, keepdims=True)
     top = np.where(np.isfinite(top), top, 0.0)
