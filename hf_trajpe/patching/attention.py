@@ -75,8 +75,14 @@ def _scaled(stock: Callable, module, query: torch.Tensor, key: torch.Tensor, val
     return scale(out, 1.0 / value_scale, grad_scale / value_scale), weights
 
 
+def _remaps(st: PatchState, module) -> bool:
+    """Whether ``module``'s attention runs at remapped positions: a remap scheme, on a layer that rotates (SmolLM3's
+    NoPE layers, ``use_rope`` false, stay without positions)."""
+    return st.scheme.contributes == "remap" and bool(getattr(module, "use_rope", True))
+
+
 def _eager_with_state(st: PatchState, module, query, key, value, attention_mask, **kwargs):
-    if st.scheme.contributes == "remap":
+    if _remaps(st, module):
         return remap_attention(st, module, query, key, value, attention_mask, **kwargs)
     if st.scheme.contributes == "score":
         is_causal = kwargs.get("is_causal")
@@ -116,7 +122,7 @@ def _with_position_bias(load_stock: Callable[[], Callable], merge_mask: bool = F
         st: PatchState | None = module.__dict__.get(STATE_ATTR)
         if st is None:
             return stock(module, query, key, value, attention_mask, **kwargs)
-        if st.scheme.contributes == "remap":
+        if _remaps(st, module):
             if not merge_mask:
                 raise NotImplementedError(f"{st.plan.scheme} runs with attention implementations eager and sdpa "
                                           "only, not flex_attention")

@@ -54,7 +54,7 @@ def layer_cos_sin(state: PatchState, given: tuple[torch.Tensor, torch.Tensor], r
             hit = state.scheme.rotary_cos_sin(step.positions.to(cos.device), inv_freq, scaling, cos.dtype)
         else:
             hit = (torch.ones_like(cos), torch.zeros_like(sin))
-            step.memo[ROTARY_FREQUENCIES] = rotary_frequencies(rotary, layer_type)  # for a remap inside attention
+            step.memo[ROTARY_FREQUENCIES, layer_type] = rotary_frequencies(rotary, layer_type)  # (a remap reads them)
         step.memo[key] = hit
     return hit
 

@@ -77,7 +77,7 @@ class PatchedRotary(nn.Module):
         positions = st.step.positions
         inv_freq, attention_scaling = rotary_frequencies(self._source(x, position_ids, layer_type), layer_type)
         if st.plan.hook != "rotary":  # no rotation, or one inside attention (rotary_fraction, a remap): none here
-            st.step.memo[ROTARY_FREQUENCIES] = (inv_freq, attention_scaling)
+            st.step.memo[ROTARY_FREQUENCIES, layer_type] = (inv_freq, attention_scaling)
             shape = (1, positions.shape[1], 2 * inv_freq.shape[0])
             return (torch.ones(shape, dtype=x.dtype, device=x.device),
                     torch.zeros(shape, dtype=x.dtype, device=x.device))

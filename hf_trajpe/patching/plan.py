@@ -244,7 +244,7 @@ def resolve_plan(config: PatchConfig, model: nn.Module) -> PatchPlan:
                     f"supported rope types: {', '.join(ROTARY_TYPES)}"
                 )
         if scheme_cls.contributes == "remap":
-            _check_remap_rotary(name, rotary, rope_types, config)
+            _check_remap_rotary(name, rope_types, config)
     if config.sinusoid_scale == "embeddings":
         config = dataclasses.replace(config, sinusoid_scale=embedding_matched_scale(model))
     attention = self_attention_modules(base, family.self_attention)
@@ -287,15 +287,14 @@ def _trained_length(model_config) -> int | None:
     return int(length) if length else None
 
 
-def _check_remap_rotary(name: str, rotary: nn.Module, rope_types, config: PatchConfig) -> None:
-    """Refuse a rotary module a remap cannot use: frequencies per layer type, or frequencies that change with
-    the sequence length (a remap keeps the positions inside the trained range, at fixed frequencies)."""
-    if isinstance(rope_types, dict):
-        raise NotImplementedError(f"{name} remaps the positions of one rotary module; {type(rotary).__name__} keeps "
-                                  "frequencies per layer type")
-    if rope_types in DYNAMIC_ROPE_TYPES and config.rope_parameters is None:
+def _check_remap_rotary(name: str, rope_types, config: PatchConfig) -> None:
+    """Refuse a rotary module whose frequencies change with the sequence length: a remap keeps the positions
+    inside the trained range, at fixed frequencies."""
+    dynamic = sorted({t for t in (rope_types.values() if isinstance(rope_types, dict) else (rope_types,))
+                      if t in DYNAMIC_ROPE_TYPES})
+    if dynamic and config.rope_parameters is None:
         raise NotImplementedError(f"{name} remaps positions over fixed rotary frequencies; this model's rope_type "
-                                  f"{rope_types!r} changes them with the sequence length: give a static "
+                                  f"{dynamic[0]!r} changes them with the sequence length: give a static "
                                   "rope_parameters (for example yarn) or use another encoding")
 
 

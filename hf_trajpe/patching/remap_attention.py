@@ -37,13 +37,17 @@ BLOCK_QUERIES = 1024
 SCORE_BUDGET = 2**27
 
 
-def _tables(st: PatchState, kv: int, dtype: torch.dtype, device: torch.device) -> tuple[list, list, list]:
+def _tables(st: PatchState, module, kv: int, dtype: torch.dtype, device: torch.device) -> tuple:
     """Per region, the ``(cos, sin)`` ``[b, n, r]`` of the queries and the index of its key table; the key tables
-    ``[b, t, r]`` (one per distinct key-position tensor the scheme returns). Built once per forward."""
+    ``[b, t, r]`` (one per distinct key-position tensor the scheme returns); the query and key positions. Built
+    once per forward (and layer type, where the rotary module keeps frequencies per layer type: Gemma 3)."""
     step = st.step
-    memo_key = ("remap", kv, dtype, device)
+    layer_type = getattr(module, "layer_type", None)
+    if (ROTARY_FREQUENCIES, layer_type) not in step.memo:
+        layer_type = None  # one set of frequencies for every layer
+    memo_key = ("remap", layer_type, kv, dtype, device)
     if memo_key not in step.memo:
-        frequencies = step.memo.get(ROTARY_FREQUENCIES)
+        frequencies = step.memo.get((ROTARY_FREQUENCIES, layer_type))
         if frequencies is None:
             raise RuntimeError(f"{st.plan.scheme}: the model did not call its rotary module in this forward, from "
                                "which the remap takes its frequencies; this model's layers cannot be remapped")
@@ -97,7 +101,8 @@ def remap_attention(st: PatchState, module, query: torch.Tensor, key: torch.Tens
     rep = h // g
     if scaling is None:
         scaling = getattr(module, "scaling", None) or d ** -0.5
-    query_tables, which, key_tables, query_positions, key_positions = _tables(st, t, query.dtype, query.device)
+    query_tables, which, key_tables, query_positions, key_positions = _tables(st, module, t, query.dtype,
+                                                                                 query.device)
     keys = [rotate_part(key, cos, sin) for cos, sin in key_tables]  # [b, g, t, d] each
     step = block_size(b, h, t)
     outputs = []

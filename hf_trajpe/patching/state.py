@@ -32,8 +32,9 @@ __all__ = ["DecodingMemory", "PatchState", "PatchStates", "Step", "MEMORY_ATTR",
 MEMORY_ATTR = "_hf_trajpe_memory"
 #: attribute (in ``__dict__``, not a submodule) by which patched modules find the state
 STATE_ATTR = "_hf_trajpe_state"
-#: ``Step.memo`` key of the model's rotary frequencies ``(inv_freq, attention_scaling)`` in this forward, put there
-#: by the rotary stand-ins when the rotation runs inside attention at remapped positions (remap_attention.py)
+#: ``Step.memo`` key (with the layer type, ``None`` for a rotary module with one set of frequencies) of the model's
+#: rotary frequencies ``(inv_freq, attention_scaling)`` in this forward, put there by the rotary stand-ins when the
+#: rotation runs inside attention at remapped positions (remap_attention.py)
 ROTARY_FREQUENCIES = "rotary_frequencies"
 
 

@@ -128,8 +128,9 @@ def test_layer_selection_remaps_those_layers_only():
     torch.testing.assert_close(got[real], want[real], **TOL)
 
 
-@pytest.mark.parametrize("model_type", ["mistral", "qwen3", "gemma", "phi"])
+@pytest.mark.parametrize("model_type", ["mistral", "qwen3", "gemma", "phi", "gemma3_text"])
 def test_other_rotary_families_run_and_degenerate_to_stock(model_type):
+    """Gemma 3: local and global layers rotate with their own frequencies, remapped alike."""
     from hf_trajpe.coverage.tiny import tiny_model
 
     model = tiny_model(model_type)
@@ -198,6 +199,8 @@ def test_defaults_follow_the_reference_code():
     for name, options in expected.items():
         with hf_trajpe.patch(model, name) as handle:
             assert handle.config.scheme_options == options
+    with hf_trajpe.patch(build("llama"), "string") as handle:  # trained on 128: the window is half the shift
+        assert handle.config.scheme_options == {"shift": 42, "local_window": 21}
 
 
 # -- refusals ----------------------------------------------------------------------------------------------
@@ -209,7 +212,7 @@ def test_defaults_follow_the_reference_code():
     ("dca", {"chunk_size": 200}, r"chunk_size \(dca\) must not exceed the trained length 128"),
     ("dca", {"chunk_size": 24, "local_window": 24}, r"local_window \(dca\) must be smaller than chunk_size"),
     ("string", {"shift": 8, "local_window": 8}, r"local_window \(string\) must be smaller than shift"),
-    ("string", {}, r"local_window \(string\) must be smaller than shift.*shift=42"),  # 0.33 of 128 < 128
+    ("string", {"local_window": 50}, r"local_window \(string\) must be smaller than shift.*shift=42"),  # 0.33 x 128
     ("string", {"shift": -1}, r"shift \(string\) must be an integer >= 0"),
 ])
 def test_options_are_checked(name, options, match):
@@ -229,3 +232,18 @@ def test_refused_without_a_rotary_module_and_on_flex():
         hf_trajpe.patch(build("llama"), "rerope", rope_parameters={"rope_type": "dynamic", "factor": 2.0})
     with pytest.raises(TypeError, match="options of self_extend"):
         hf_trajpe.patch(build("llama"), "rope", group_size=2)
+
+
+def test_nope_layers_stay_without_positions():
+    """SmolLM3 drops RoPE on some layers (``no_rope_layers``): a remap changes only the layers that rotate."""
+    from transformers import SmolLM3Config, SmolLM3ForCausalLM
+
+    cfg = SmolLM3Config(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2, no_rope_layers=[0, 0], pad_token_id=0,
+                        bos_token_id=1, eos_token_id=2)
+    torch.manual_seed(0)
+    model = SmolLM3ForCausalLM(cfg).eval()
+    ids = random_ids(30, b=2)
+    stock = output(model, input_ids=ids)
+    with hf_trajpe.patch(model, "self_extend", group_size=2, window=4):  # no layer rotates: nothing to remap
+        torch.testing.assert_close(output(model, input_ids=ids), stock, rtol=1e-5, atol=1e-5)

@@ -8,10 +8,11 @@ the ``local_window`` nearest positions stay reserved for neighbours. ``shift = 0
 reference scripts run plain RoPE then).
 
 Defaults as the reference code: ``shift`` 0.33 of the trained length (``int(0.33 * P)``; the paper suggests
-0.25 to 0.4), ``local_window`` 128. Two details of the reference implementation are not followed: its prefill
-counts the key at distance exactly ``shift`` in both parts (its sliding window is ``shift + 1`` keys wide; its
-decoding step and the paper do not), and it multiplies cos/sin by ``1 + 0.1 ln 2`` in every pair, a
-temperature outside the method (its decoding and prefill agree on that one).
+0.25 to 0.4), ``local_window`` 128 (at most half the shift, for models trained on fewer than 776 positions).
+Two details of the reference implementation are not followed: its prefill counts the key at distance exactly
+``shift`` in both parts (its sliding window is ``shift + 1`` keys wide; its decoding step and the paper do not),
+and it multiplies cos/sin by ``1 + 0.1 ln 2`` in every pair, a temperature outside the method (its decoding and
+prefill agree on that one).
 """
 
 from __future__ import annotations
@@ -23,19 +24,21 @@ from .scheme import register_scheme
 
 #: the reference code's shift, as a share of the trained length
 SHIFT_RATIO = 0.33
+#: the reference code's local window
+LOCAL_WINDOW = 128
 
 
 @register_scheme
 class String(RemapScheme):
     name = "string"
-    #: ``shift`` ``None``: ``int(0.33 * P)`` of the trained length ``P``
-    options = {"shift": None, "local_window": 128}
+    #: ``None``: ``shift = int(0.33 * P)`` of the trained length ``P``; ``local_window = min(128, shift // 2)``
+    options = {"shift": None, "local_window": None}
 
     @classmethod
     def check_option(cls, name: str, value: object) -> object:
         if name == "shift" and value is not None:
             return positive_int(cls.name, name, value, minimum=0, what=" (0 switches STRING off)")
-        if name == "local_window":
+        if name == "local_window" and value is not None:
             return positive_int(cls.name, name, value, minimum=0, what=" (positions kept for neighbours)")
         return value
 
@@ -43,7 +46,7 @@ class String(RemapScheme):
     def check_options(cls, given: dict) -> dict:
         options = super().check_options(given)
         shift, window = options["shift"], options["local_window"]
-        if shift and window >= shift:
+        if shift and window is not None and window >= shift:
             raise ValueError(f"local_window (string) must be smaller than shift (shifted distances d - shift + "
                              f"local_window would not shrink), got local_window={window}, shift={shift}; give a "
                              "smaller local_window")
@@ -57,6 +60,8 @@ class String(RemapScheme):
                 raise ValueError("string: this model's config has no max_position_embeddings (its trained "
                                  "length); give shift")
             options["shift"] = int(SHIFT_RATIO * trained_length)
+        if options["local_window"] is None:
+            options["local_window"] = min(LOCAL_WINDOW, options["shift"] // 2)
         return cls.check_options(options)
 
     def __init__(self, plan) -> None:
