@@ -171,6 +171,17 @@ def test_left_padded_batch_equals_each_sequence_alone(method):
             torch.testing.assert_close(batch[r, n - length:], alone[0], rtol=1e-4, atol=1e-5)
 
 
+def test_gradients_flow_through_every_region():
+    """A training step through the remapped attention (rotations of q and k per region, blockwise)."""
+    model = build("llama").train()
+    ids, mask = left_padded()
+    with hf_trajpe.patch(model, "dca", **METHODS["dca"]):
+        model(input_ids=ids, attention_mask=mask, labels=ids).loss.backward()
+    for name in ("q_proj", "k_proj", "v_proj"):
+        grad = getattr(model.model.layers[1].self_attn, name).weight.grad
+        assert grad is not None and torch.isfinite(grad).all() and grad.abs().sum() > 0
+
+
 # -- save, reload, unpatch ----------------------------------------------------------------------------------
 def test_save_reload_and_unpatch(tmp_path):
     model = build("llama")
