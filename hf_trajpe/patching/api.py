@@ -45,9 +45,10 @@ def patch(model: nn.Module, encoding: str | PatchConfig | Mapping | LayerMap = "
           **options) -> PatchHandle | LayerMapHandle:
     """Swap the positional encoding of ``model`` in place; returns a :class:`PatchHandle`.
 
-    ``encoding``: ``native``, ``sinusoidal``, ``rope``, ``alibi``, ``none``, ``cope`` or ``trajectory``
-    (or a ready :class:`PatchConfig`); ``options``: the other fields of :class:`PatchConfig`, and the
-    options the chosen scheme declares (``npos_max`` for ``cope``; :meth:`PatchConfig.from_options`).
+    ``encoding``: ``native``, ``sinusoidal``, ``rope``, ``alibi``, ``none``, ``cope``, ``trajectory``, or a remap
+    of the model's own rotary (``self_extend``, ``rerope``, ``dca``, ``string``) (or a ready :class:`PatchConfig`);
+    ``options``: the other fields of :class:`PatchConfig`, and the options the chosen scheme declares (``npos_max``
+    for ``cope``, ``group_size`` and ``window`` for ``self_extend``, ...; :meth:`PatchConfig.from_options`).
     ``layers=``: the attention layers to patch (a list of indices, a slice, ``"every:4"``, ``"top:8"``,
     ``"0-3,7"`` or a callable ``(index, n_layers) -> bool``; :mod:`~.layers`); the others keep the model's own
     encoding. Patches on disjoint layers compose: call ``patch`` again with other layers (one handle each), or
