@@ -128,9 +128,10 @@ def test_layer_selection_remaps_those_layers_only():
     torch.testing.assert_close(got[real], want[real], **TOL)
 
 
-@pytest.mark.parametrize("model_type", ["mistral", "qwen3", "gemma", "phi", "gemma3_text"])
+@pytest.mark.parametrize("model_type", ["mistral", "qwen3", "gemma", "gemma2", "phi", "gemma3_text"])
 def test_other_rotary_families_run_and_degenerate_to_stock(model_type):
-    """Gemma 3: local and global layers rotate with their own frequencies, remapped alike."""
+    """Gemma 2: logits soft-capped in attention; Gemma 3: local and global layers rotate with their own
+    frequencies, remapped alike."""
     from hf_trajpe.coverage.tiny import tiny_model
 
     model = tiny_model(model_type)
