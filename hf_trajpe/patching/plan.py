@@ -265,6 +265,8 @@ def resolve_plan(config: PatchConfig, model: nn.Module) -> PatchPlan:
     layers = None
     if config.layers is not None:
         layers = _check_layers(config, family, name, scheme_cls, hook, attention)
+    elif scheme_cls.contributes == "remap":
+        _check_remap_layers(name, attention)
     plan = PatchPlan(
         config=config, family=family, scheme=name, trajectory=trajectory, interpolation=interpolation,
         causal=causal, width=int(model_config.hidden_size), table_offset=table_offset,
@@ -296,6 +298,29 @@ def _check_remap_rotary(name: str, rope_types, config: PatchConfig) -> None:
         raise NotImplementedError(f"{name} remaps positions over fixed rotary frequencies; this model's rope_type "
                                   f"{dynamic[0]!r} changes them with the sequence length: give a static "
                                   "rope_parameters (for example yarn) or use another encoding")
+
+
+def _check_remap_layers(name: str, attention: list[nn.Module]) -> None:
+    """Refuse a remap of every layer where the model's attention rotates on some layers only, by a condition in
+    its own code (schemes/remap.py): the remap, computed inside attention, would give the other layers positions.
+    A condition true on every layer (EXAONE 4 without sliding windows) is no obstacle."""
+    import ast
+
+    from .schemes.remap import evaluate_condition, rotation_condition
+
+    for cls in dict.fromkeys(type(m) for m in attention):
+        condition = rotation_condition(cls)
+        if condition is None:
+            continue
+        rotating = [evaluate_condition(condition, m) if type(m) is cls else True for m in attention]
+        if all(r is True for r in rotating):
+            continue
+        which = ("; it rotates layers " + describe_layers([i for i, r in enumerate(rotating) if r])
+                 if None not in rotating and any(rotating) else "")
+        raise NotImplementedError(
+            f"{cls.__name__} applies its rotation only if {ast.unparse(condition)}, a condition in its own code "
+            f"that {name} (computed inside attention) does not run{which}: give layers=[...] naming the layers "
+            "that rotate")
 
 
 def _rotary_width(fraction: float, head_dim: int | None, family: FamilyAdapter) -> int:

@@ -42,9 +42,7 @@ def _tables(st: PatchState, module, kv: int, dtype: torch.dtype, device: torch.d
     ``[b, t, r]`` (one per distinct key-position tensor the scheme returns); the query and key positions. Built
     once per forward (and layer type, where the rotary module keeps frequencies per layer type: Gemma 3)."""
     step = st.step
-    layer_type = getattr(module, "layer_type", None)
-    if (ROTARY_FREQUENCIES, layer_type) not in step.memo:
-        layer_type = None  # one set of frequencies for every layer
+    layer_type = _layer_type(module, step.memo)
     memo_key = ("remap", layer_type, kv, dtype, device)
     if memo_key not in step.memo:
         frequencies = step.memo.get((ROTARY_FREQUENCIES, layer_type))
@@ -67,6 +65,17 @@ def _tables(st: PatchState, module, kv: int, dtype: torch.dtype, device: torch.d
             which.append(seen[id(key_positions)])
         step.memo[memo_key] = ([table(q) for q, _ in regions], which, key_tables, queries, keys)
     return step.memo[memo_key]
+
+
+def _layer_type(module, memo: dict) -> str | None:
+    """The layer type whose frequencies ``module`` rotates with, where the rotary module keeps one set per layer
+    type (Gemma 3's ``layer_type``, OLMo 3's ``attention_type``, else ``config.layer_types[layer_idx]``);
+    ``None``: one set for every layer."""
+    types = getattr(getattr(module, "config", None), "layer_types", None)
+    index = getattr(module, "layer_idx", None)
+    candidates = (getattr(module, "layer_type", None), getattr(module, "attention_type", None),
+                  types[index] if types is not None and isinstance(index, int) and index < len(types) else None)
+    return next((c for c in candidates if c is not None and (ROTARY_FREQUENCIES, c) in memo), None)
 
 
 def _allowed(attention_mask: torch.Tensor | None, start: int, stop: int, n: int, t: int,
@@ -94,9 +103,8 @@ def remap_attention(st: PatchState, module, query: torch.Tensor, key: torch.Tens
     """Attention of ``query`` ``[b, h, n, d]`` over ``key``/``value`` ``[b, g, t, d]`` (unrotated) with the
     scheme's remapped positions; returns ``([b, n, h, d], None)`` as transformers' attention functions do (no
     weights: they are never built whole)."""
-    if kwargs.get("s_aux") is not None:
-        raise NotImplementedError(f"{st.plan.scheme} does not implement attention sinks (s_aux)")
     b, h, n, d = query.shape
+    sinks = kwargs.get("s_aux")  # a learned logit per head in every softmax (gpt-oss), its weight dropped after
     g, t = key.shape[1], key.shape[2]
     rep = h // g
     if scaling is None:
@@ -120,7 +128,12 @@ def remap_attention(st: PatchState, module, query: torch.Tensor, key: torch.Tens
             scores = torch.tanh(scores / softcap) * softcap
         allowed = _allowed(attention_mask, start, stop, n, t, query.device)
         scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
-        probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(value.dtype)
+        if sinks is not None:
+            column = sinks.reshape(1, h, 1, 1).expand(b, h, rows, 1).to(scores.dtype)
+            probs = torch.softmax(torch.cat((scores, column), dim=-1), dim=-1, dtype=torch.float32)[..., :-1]
+        else:
+            probs = torch.softmax(scores, dim=-1, dtype=torch.float32)
+        probs = probs.to(value.dtype)
         if dropout:
             probs = torch.nn.functional.dropout(probs, p=dropout, training=True)
         out = torch.matmul(probs.view(b, g, rep * rows, t), value)

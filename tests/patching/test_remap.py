@@ -128,10 +128,10 @@ def test_layer_selection_remaps_those_layers_only():
     torch.testing.assert_close(got[real], want[real], **TOL)
 
 
-@pytest.mark.parametrize("model_type", ["mistral", "qwen3", "gemma", "gemma2", "phi", "gemma3_text"])
+@pytest.mark.parametrize("model_type", ["mistral", "qwen3", "gemma", "gemma2", "phi", "gemma3_text", "olmo3"])
 def test_other_rotary_families_run_and_degenerate_to_stock(model_type):
-    """Gemma 2: logits soft-capped in attention; Gemma 3: local and global layers rotate with their own
-    frequencies, remapped alike."""
+    """Gemma 2: logits soft-capped in attention; Gemma 3 and OLMo 3: local and global layers rotate with their
+    own frequencies, remapped alike."""
     from hf_trajpe.coverage.tiny import tiny_model
 
     model = tiny_model(model_type)
@@ -259,3 +259,22 @@ def test_nope_layers_stay_without_positions():
     stock = output(model, input_ids=ids)
     with hf_trajpe.patch(model, "self_extend", group_size=2, window=4):  # no layer rotates: nothing to remap
         torch.testing.assert_close(output(model, input_ids=ids), stock, rtol=1e-5, atol=1e-5)
+
+
+def test_a_model_rotating_some_layers_in_its_own_code_takes_those_layers_only():
+    """Flint rotates its sliding-window layers only (a condition in its attention's code): a remap of every layer
+    is refused naming the layers that rotate; on those layers it runs, with the attention sinks kept."""
+    from hf_trajpe.coverage.tiny import tiny_model
+
+    model = tiny_model("flint")
+    model.config.layer_types = ["sliding_attention", "full_attention"]
+    model.config.sliding_window = 64
+    model.model.layers[0].self_attn.sliding_window = 64
+    ids = random_ids(30, b=2)
+    stock = output(model, input_ids=ids)
+    with pytest.raises(NotImplementedError, match=r"only if self.sliding_window is not None.*rotates layers 0"):
+        hf_trajpe.patch(model, "rerope", window=64)
+    with hf_trajpe.patch(model, "rerope", window=64, layers=[0]):  # degenerate: the stock model
+        torch.testing.assert_close(output(model, input_ids=ids), stock, rtol=1e-5, atol=1e-5)
+    with hf_trajpe.patch(model, "rerope", window=4, layers=[0]):
+        assert not torch.allclose(output(model, input_ids=ids), stock, atol=1e-4)

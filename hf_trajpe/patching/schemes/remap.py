@@ -71,3 +71,59 @@ class RemapScheme(Scheme):
         """The region of each pair, an integer tensor ``[b, n, t]``, from ``[b, n, 1]`` and ``[b, 1, t]``
         (float32 ranks). Pairs with ``j > i`` are masked anyway: any region."""
         raise NotImplementedError
+
+
+
+def rotation_condition(attention_class: type):
+    """The condition (an ``ast`` expression) under which ``attention_class.forward`` applies its rotary (Cohere 2
+    and Flint rotate their sliding-window layers only, EXAONE 4 its sliding layers, AFMoE its local ones), or
+    ``None`` when it rotates unconditionally or the condition is ``self.use_rope`` (SmolLM3, Llama 4: read per
+    module at run time). A remap runs inside attention and does not run the model's code for it."""
+    import ast
+    import inspect
+    import textwrap
+
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(attention_class.forward)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.If):
+            continue
+        rotates = any(isinstance(call, ast.Call) and "rotary" in ast.unparse(call.func)
+                      for stmt in node.body for call in ast.walk(stmt))
+        if rotates and ast.unparse(node.test) != "self.use_rope":
+            return node.test
+    return None
+
+
+def evaluate_condition(condition, module) -> bool | None:
+    """``condition`` (from :func:`rotation_condition`) for one attention module, when it reads only the module's
+    attributes, constants, comparisons and ``and``/``or``/``not``; ``None`` when it reads anything else (an
+    argument of the forward, a call)."""
+    import ast
+
+    def value(node):
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+            if not hasattr(module, node.attr):
+                raise LookupError(node.attr)
+            return getattr(module, node.attr)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            return not value(node.operand)
+        if isinstance(node, ast.BoolOp):
+            parts = [bool(value(v)) for v in node.values]
+            return all(parts) if isinstance(node.op, ast.And) else any(parts)
+        if isinstance(node, ast.Compare) and len(node.ops) == 1:
+            left, right, op = value(node.left), value(node.comparators[0]), node.ops[0]
+            compare = {ast.Is: lambda a, b: a is b, ast.IsNot: lambda a, b: a is not b,
+                       ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b}.get(type(op))
+            if compare is not None:
+                return compare(left, right)
+        raise LookupError(ast.unparse(node))
+
+    try:
+        return bool(value(condition))
+    except LookupError:
+        return None
