@@ -58,12 +58,13 @@ def _tables(st: PatchState, module, kv: int, dtype: torch.dtype, device: torch.d
             return rotary_cos_sin(positions, inv_freq=inv_freq.to(device), attention_scaling=scaling, dtype=dtype)
 
         key_tables, which, seen = [], [], {}
-        for _, key_positions in regions:
-            if id(key_positions) not in seen:
-                seen[id(key_positions)] = len(key_tables)
-                key_tables.append(table(key_positions))
-            which.append(seen[id(key_positions)])
-        step.memo[memo_key] = ([table(q) for q, _ in regions], which, key_tables, queries, keys)
+        with step.sharing():  # (for all layers: not part of one layer's checkpoint; checkpointing.py)
+            for _, key_positions in regions:
+                if id(key_positions) not in seen:
+                    seen[id(key_positions)] = len(key_tables)
+                    key_tables.append(table(key_positions))
+                which.append(seen[id(key_positions)])
+            step.memo[memo_key] = ([table(q) for q, _ in regions], which, key_tables, queries, keys)
     return step.memo[memo_key]
 
 
@@ -128,11 +129,12 @@ def remap_attention(st: PatchState, module, query: torch.Tensor, key: torch.Tens
             scores = torch.tanh(scores / softcap) * softcap
         allowed = _allowed(attention_mask, start, stop, n, t, query.device)
         scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
+        acc = torch.promote_types(scores.dtype, torch.float32)  # (float64 stays: its minimum is -inf in float32)
         if sinks is not None:
             column = sinks.reshape(1, h, 1, 1).expand(b, h, rows, 1).to(scores.dtype)
-            probs = torch.softmax(torch.cat((scores, column), dim=-1), dim=-1, dtype=torch.float32)[..., :-1]
+            probs = torch.softmax(torch.cat((scores, column), dim=-1), dim=-1, dtype=acc)[..., :-1]
         else:
-            probs = torch.softmax(scores, dim=-1, dtype=torch.float32)
+            probs = torch.softmax(scores, dim=-1, dtype=acc)
         probs = probs.to(value.dtype)
         if dropout:
             probs = torch.nn.functional.dropout(probs, p=dropout, training=True)
