@@ -125,7 +125,12 @@ def write_supported(path: str, rows: dict) -> None:
     lines = ['"""Written by scripts/support_sweep.py: model_type -> encodings that passed every check of the sweep',
              '(docs/support.md). Do not edit by hand: run the sweep."""', "",
              "SUPPORTED: dict[str, tuple[str, ...]] = {"]
-    lines += [f"    {t!r}: {tuple(e)!r}," for t, e in sorted(supported.items())]
+    for t, e in sorted(supported.items()):
+        line = f"    {t!r}: {tuple(e)!r},"
+        if len(line) <= 120:
+            lines.append(line)
+        else:  # wrapped, so the file stays within the line length
+            lines += [f"    {t!r}: ("] + [f"        {x!r}," for x in e] + ["    ),"]
     lines.append("}")
     lines += ["", "#: model types whose layer-map cell passed every check (layer selections: docs/patching.md)",
               "SUPPORTED_LAYERS: frozenset[str] = frozenset({"]

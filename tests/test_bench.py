@@ -69,6 +69,16 @@ def test_model_decode_memory_alibi_structure(bench_all):
     assert alibi["memory"]["forward"]["stock"]["step_peak_bytes"] > 0
 
 
+def test_remap_structure(bench_all):
+    """Prefill time and peak forward memory of every remap against stock, past the trained length."""
+    result, _ = bench_all
+    remap = result["remap"]
+    assert remap["tokens"] > remap["trained_length"]
+    _check_side_by_side(remap["forward"], ["self_extend", "rerope", "dca", "string"], ["seconds"])
+    rows = remap["memory"]["forward"]
+    assert rows["stock"]["step_peak_bytes"] > 0 and set(rows["variants"]) == {"self_extend", "rerope", "dca", "string"}
+
+
 def test_encoding_and_targets(bench_all):
     result, _ = bench_all
     runs = result["encoding"]["runs"]
@@ -94,7 +104,7 @@ def test_encoding_and_targets(bench_all):
 def test_markdown_has_every_section(bench_all):
     _, md = bench_all
     for heading in ("## Machine", "## Targets", "## Encoding only", "## Forward and training step",
-                    "## Greedy decoding", "## Peak memory", "## ALiBi"):
+                    "## Greedy decoding", "## Peak memory", "## ALiBi", "## Remapped relative positions"):
         assert heading in md
     assert ("| target | model / shape | encoding | paired ratio | 95% interval | rounds | limit | verdict "
             "| base encoding alone |") in md

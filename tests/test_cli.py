@@ -82,7 +82,7 @@ def test_version_is_a_plain_string():
 HELPS = {
     (): ["usage: hf-trajpe [-h] COMMAND", "bench", "data", "demo", "eval", "lm-eval", "study"],
     ("study",): ["usage: hf-trajpe study", "--config", "--quick", "key=value", "hf-trajpe study --config"],
-    ("bench",): ["usage: hf-trajpe bench", "{encoding,models,decode,memory,alibi,all}", "--repeats", "--dim"],
+    ("bench",): ["usage: hf-trajpe bench", "{encoding,models,decode,memory,alibi,remap,all}", "--repeats", "--dim"],
     ("bench", "encoding"): ["usage: hf-trajpe bench", "encoding only (override the size)"],
     ("bench", "alibi"): ["usage: hf-trajpe bench", "--threads"],
     ("eval",): ["usage: hf-trajpe eval", "--model NAME=PATH", "--baseline", "--bootstrap"],

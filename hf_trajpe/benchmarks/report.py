@@ -171,12 +171,23 @@ def _alibi(res: dict) -> list[str]:
     return out
 
 
+def _remap(res: dict) -> list[str]:
+    out = ["", f"{_cfg(res['config'])} (trained length {res['trained_length']}), batch {res['batch']} x "
+               f"{res['tokens']} tokens, each remap at its defaults; stock: RoPE + causal SDPA.",
+           "", f"Forward (prefill) time, {_rounds(res['forward'])}:", ""]
+    out += _timing_table(res["forward"], "seconds")
+    out += ["", f"Peak memory, forward ({res['memory_method']}):", ""]
+    out += _memory_rows(res["memory"]["forward"]["stock"], res["memory"]["forward"]["variants"])
+    return out
+
+
 _SECTIONS = {
     "encoding": ("Encoding only: trajectory positions + encoding against a table lookup", _encoding),
     "models": ("Forward and training step, patched against stock", _models),
     "decode": ("Greedy decoding with the KV cache", _decode),
     "memory": ("Peak memory of a training step", _memory),
     "alibi": ("ALiBi at long context against stock SDPA", _alibi),
+    "remap": ("Remapped relative positions past the trained length against stock SDPA", _remap),
 }
 
 

@@ -57,6 +57,7 @@ class Size:
     decode_prompt: int
     decode_new: int
     alibi_tokens: int
+    remap_tokens: int  # the remap benchmark: batch 1 x tokens, past the Llama's trained length
     repeats: dict = field(default_factory=dict)  # per benchmark: paired rounds, at least
     max_rounds: dict = field(default_factory=dict)  # per benchmark: paired rounds, at most (adaptive)
     budget_s: dict = field(default_factory=dict)  # per benchmark: seconds of rounds per measured figure set
@@ -71,9 +72,9 @@ SIZES: dict[str, Size] = {
         gpt2=dict(n_layer=2, n_embd=64, n_head=4, n_positions=128, vocab_size=128),
         llama=dict(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
                    num_key_value_heads=2, max_position_embeddings=128, vocab_size=128),
-        tokens=32, decode_prompt=8, decode_new=4, alibi_tokens=64,
-        repeats=dict(encoding=1, models=1, decode=1, alibi=1),
-        max_rounds=dict(encoding=1, models=1, decode=1, alibi=1),
+        tokens=32, decode_prompt=8, decode_new=4, alibi_tokens=64, remap_tokens=160,
+        repeats=dict(encoding=1, models=1, decode=1, alibi=1, remap=1),
+        max_rounds=dict(encoding=1, models=1, decode=1, alibi=1, remap=1),
     ),
     "default": Size(
         name="default", encoding_batch=8, encoding_seqs=(512, 2048, 8192), encoding_dim=768,
@@ -82,12 +83,12 @@ SIZES: dict[str, Size] = {
         # a small Llama: 4 layers, 512 wide, 8 heads (GQA, 4 key/value heads), Llama-2 vocabulary
         llama=dict(num_hidden_layers=4, hidden_size=512, intermediate_size=1376, num_attention_heads=8,
                    num_key_value_heads=4, max_position_embeddings=4096, vocab_size=32000),
-        tokens=512, decode_prompt=32, decode_new=32, alibi_tokens=4096,
+        tokens=512, decode_prompt=32, decode_new=32, alibi_tokens=4096, remap_tokens=8192,
         # at least 6 paired rounds (the fewest that give a verdict; even: both orders equally often), then
         # two at a time while an interval is wider than +-2%, up to max_rounds or budget_s seconds of rounds
-        repeats=dict(encoding=10, models=6, decode=6, alibi=6),
-        max_rounds=dict(encoding=60, models=30, decode=30, alibi=16),
-        budget_s=dict(encoding=20, models=90, decode=90, alibi=90),
+        repeats=dict(encoding=10, models=6, decode=6, alibi=6, remap=2),
+        max_rounds=dict(encoding=60, models=30, decode=30, alibi=16, remap=6),
+        budget_s=dict(encoding=20, models=90, decode=90, alibi=90, remap=120),
         # then targets still unresolved more than 2% from their limit get pairs of rounds until decided,
         # up to these (alibi has no target)
         decide_budget_s=dict(encoding=60, models=600, decode=300),

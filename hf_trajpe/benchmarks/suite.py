@@ -27,13 +27,14 @@ from .intervals import verdict
 from .machine import machine_info
 from .memory import bench_memory
 from .models import bench_models
+from .remap import bench_remap
 from .setup import MODELS, Rounds, Size, rounds_for
 from .targets import BASE_OF, ENCODING_TARGET_VARIANTS, TARGETS
 from .timing import check_clock
 
 __all__ = ["BENCHMARKS", "run_benchmarks", "check_targets", "TARGETS"]
 
-BENCHMARKS = ("encoding", "models", "decode", "memory", "alibi")
+BENCHMARKS = ("encoding", "models", "decode", "memory", "alibi", "remap")
 
 
 def _encoding(size: Size, device: str, dtype: torch.dtype, rounds: Rounds,
@@ -96,6 +97,8 @@ def run_benchmarks(
             result[name] = bench_memory(size, families, **common)
         elif name == "alibi":
             result[name] = bench_alibi(size, rounds=rounds(name), **common)
+        elif name == "remap":
+            result[name] = bench_remap(size, rounds=rounds(name), **common)
         result[name]["wall_s"] = round(time.perf_counter() - b0, 1)
         tick(f"{name} done in {result[name]['wall_s']:.0f} s")
     meta = result["meta"]

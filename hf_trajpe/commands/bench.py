@@ -9,8 +9,8 @@ from . import _args
 
 NAME = "bench"
 HELP = ("benchmarks, patched against stock, every figure a ratio measured side by side: "
-        "encoding, models, decode, memory, alibi, all")
-_WHAT = ("encoding", "models", "decode", "memory", "alibi", "all")
+        "encoding, models, decode, memory, alibi, remap, all")
+_WHAT = ("encoding", "models", "decode", "memory", "alibi", "remap", "all")
 
 
 def _seconds(text: str) -> float:
@@ -28,7 +28,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("what", choices=_WHAT,
                    help="encoding: trajectory positions + encoding vs a table lookup; models: forward and "
                         "training step per encoding; decode: greedy generate() with the KV cache; memory: peak "
-                        "memory of a training step; alibi: ALiBi at 4,096 tokens vs stock SDPA; all: everything")
+                        "memory of a training step; alibi: ALiBi at 4,096 tokens vs stock SDPA; remap: Self-Extend, "
+                        "ReRoPE, DCA and STRING at 8,192 tokens (twice the trained length) vs stock SDPA; all: "
+                        "everything")
     p.add_argument("--size", default="default", choices=("tiny", "default"),
                    help="default: the full shapes (GPT-2 small, a 4-layer Llama, 512 tokens; docs/benchmarks.md); "
                         "tiny: a few seconds, for the smoke test (default: %(default)s)")

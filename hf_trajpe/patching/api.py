@@ -46,10 +46,12 @@ def patch(model: nn.Module, encoding: str | PatchConfig | Mapping | LayerMap = "
           **options) -> PatchHandle | LayerMapHandle:
     """Swap the positional encoding of ``model`` in place; returns a :class:`PatchHandle`.
 
-    ``encoding``: ``native``, ``sinusoidal``, ``rope``, ``alibi``, ``none``, ``cope`` or ``trajectory``
-    (or a ready :class:`PatchConfig`); ``options``: ``max_positions``, ``layers``, and the options the chosen
-    encoding declares (trajectory's ``strength``, ..., its base's, ``npos_max`` for ``cope``; the table of
-    docs/patching.md, "Options per scheme"); an option of another encoding is refused, whatever its value.
+    ``encoding``: ``native``, ``sinusoidal``, ``rope``, ``alibi``, ``none``, ``cope``, ``trajectory``, or a remap
+    of the model's own rotary (``self_extend``, ``rerope``, ``dca``, ``string``) (or a ready :class:`PatchConfig`);
+    ``options``: ``max_positions``, ``layers``, and the options the chosen encoding declares (trajectory's
+    ``strength``, ..., its base's, ``npos_max`` for ``cope``, ``group_size`` and ``window`` for ``self_extend``;
+    the table of docs/patching.md, "Options per scheme"); an option of another encoding is refused, whatever its
+    value.
     ``layers=``: the attention layers to patch (a list of indices, a slice, ``"every:4"``, ``"top:8"``,
     ``"0-3,7"`` or a callable ``(index, n_layers) -> bool``; :mod:`~.layers`); the others keep the model's own
     encoding. Patches on disjoint layers compose: call ``patch`` again with other layers (one handle each), or

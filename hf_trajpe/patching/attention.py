@@ -21,6 +21,7 @@ from torch import nn
 from .attention_inputs import INDEX_ATTR, attention_inputs, merged_bias_mask, own_value, score_mask
 from .key_bias import KEY_BIAS_DTYPES, augmented_qkv
 from .plan import ATTENTION_NAMES, self_attention_modules
+from .remap_attention import remap_attention
 from .state import STATE_ATTR, PatchState
 from .subnormals import narrow, scale, subnormal_scales
 
@@ -75,7 +76,15 @@ def _scaled(stock: Callable, module, query: torch.Tensor, key: torch.Tensor, val
     return scale(out, 1.0 / value_scale, grad_scale / value_scale), weights
 
 
+def _remaps(st: PatchState, module) -> bool:
+    """Whether ``module``'s attention runs at remapped positions: a remap scheme, on a layer that rotates (SmolLM3's
+    NoPE layers, ``use_rope`` false, stay without positions)."""
+    return st.scheme.contributes == "remap" and bool(getattr(module, "use_rope", True))
+
+
 def _eager_with_state(st: PatchState, module, query, key, value, attention_mask, **kwargs):
+    if _remaps(st, module):
+        return remap_attention(st, module, query, key, value, attention_mask, **kwargs)
     if st.scheme.contributes == "score":
         is_causal = kwargs.get("is_causal")
         is_causal = getattr(module, "is_causal", False) if is_causal is None else is_causal
@@ -114,6 +123,11 @@ def _with_position_bias(load_stock: Callable[[], Callable], merge_mask: bool = F
         st: PatchState | None = module.__dict__.get(STATE_ATTR)
         if st is None:
             return stock(module, query, key, value, attention_mask, **kwargs)
+        if _remaps(st, module):
+            if not merge_mask:
+                raise NotImplementedError(f"{st.plan.scheme} runs with attention implementations eager and sdpa "
+                                          "only, not flex_attention")
+            return remap_attention(st, module, query, key, value, attention_mask, **kwargs)
         if st.scheme.contributes == "score":
             if not merge_mask:
                 raise NotImplementedError(f"{st.plan.scheme} runs with attention implementations eager and sdpa "

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from .families.structure import rotary_frequencies
-from .state import PatchState
+from .state import ROTARY_FREQUENCIES, PatchState
 
 __all__ = ["layer_type_of", "make_layer_hook"]
 
@@ -55,6 +55,7 @@ def layer_cos_sin(state: PatchState, given: tuple[torch.Tensor, torch.Tensor], r
                 hit = state.scheme.rotary_cos_sin(step.positions.to(cos.device), inv_freq, scaling, cos.dtype)
         else:
             hit = (torch.ones_like(cos), torch.zeros_like(sin))
+            step.memo[ROTARY_FREQUENCIES, layer_type] = rotary_frequencies(rotary, layer_type)  # (a remap reads them)
         step.memo[key] = hit
     return hit
 

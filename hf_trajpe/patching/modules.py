@@ -11,7 +11,7 @@ from torch import nn
 
 from .families.structure import rotary_frequencies
 from .rope_scaling import DYNAMIC_ROPE_TYPES
-from .state import STATE_ATTR, PatchState, bind_state
+from .state import ROTARY_FREQUENCIES, STATE_ATTR, PatchState, bind_state
 
 __all__ = ["PatchedPositionTable", "PatchedRotary"]
 
@@ -76,7 +76,8 @@ class PatchedRotary(nn.Module):
         st: PatchState = self.__dict__[STATE_ATTR]
         positions = st.step.positions
         inv_freq, attention_scaling = rotary_frequencies(self._source(x, position_ids, layer_type), layer_type)
-        if st.plan.hook != "rotary":  # no rotation, or one inside attention (rotary_fraction): none here
+        if st.plan.hook != "rotary":  # no rotation, or one inside attention (rotary_fraction, a remap): none here
+            st.step.memo[ROTARY_FREQUENCIES, layer_type] = (inv_freq, attention_scaling)
             shape = (1, positions.shape[1], 2 * inv_freq.shape[0])
             return (torch.ones(shape, dtype=x.dtype, device=x.device),
                     torch.zeros(shape, dtype=x.dtype, device=x.device))

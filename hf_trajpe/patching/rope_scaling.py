@@ -34,7 +34,7 @@ import math
 from dataclasses import dataclass
 
 __all__ = ["ROPE_TYPES", "DYNAMIC_ROPE_TYPES", "RopeScaling", "check_rope_parameters", "resolve_rope_parameters",
-           "extend_config", "scaled_rotary_module", "attention_rope_frequencies"]
+           "trained_length", "extended_length", "extend_config", "scaled_rotary_module", "attention_rope_frequencies"]
 
 #: accepted keys per ``rope_type``: (required, optional); ``original_max_position_embeddings`` and
 #: ``rope_theta`` are filled from the model where required and not given (transformers' own validators
@@ -170,6 +170,30 @@ def _top_level_original(model_config) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
+def trained_length(model_config) -> int | None:
+    """The length a model's rotation was trained for, from which an extension counts: the
+    ``original_max_position_embeddings`` in its ``rope_parameters`` or beside them, else its
+    ``max_position_embeddings``; ``None`` when its config has neither."""
+    params = getattr(model_config, "rope_parameters", None) or {}
+    inside = None if any(isinstance(v, dict) for v in params.values()) else params.get(
+        "original_max_position_embeddings")  # (parameters per layer type keep no trained length inside)
+    length = inside or _top_level_original(model_config) or getattr(model_config, "max_position_embeddings", None)
+    return int(length) if length else None
+
+
+def extended_length(given: dict, model_config) -> int | None:
+    """The ``max_position_embeddings`` that goes with the extension ``given`` (checked; its trained length is its
+    ``original_max_position_embeddings``, else :func:`trained_length`): ``original * factor``, the trained length
+    itself for ``default`` and ``dynamic`` (transformers reads it as the length dynamic scaling starts from);
+    ``None`` when the trained length is unknown."""
+    original = given.get("original_max_position_embeddings") or trained_length(model_config)
+    if not original:
+        return None
+    if given["rope_type"] in ("default", "dynamic"):
+        return int(original)
+    return int(round(original * given["factor"]))
+
+
 def resolve_rope_parameters(given: dict, model_config, rotary_dim: int) -> RopeScaling:
     """Fill ``given`` (checked by :func:`check_rope_parameters`) from the model's config (module docstring)."""
     stock = _stock_parameters(model_config)
@@ -210,12 +234,7 @@ def resolve_rope_parameters(given: dict, model_config, rotary_dim: int) -> RopeS
                                  "original_max_position_embeddings) on a model not extended already")
             factor = stock_max / original
             params["factor"] = float(factor)
-    if rope_type == "default":
-        new_max = int(original)
-    elif rope_type == "dynamic":
-        new_max = int(original)  # transformers reads it as the length dynamic scaling starts from
-    else:
-        new_max = int(round(original * factor))
+    new_max = extended_length({**params, "original_max_position_embeddings": int(original)}, model_config)
     parameters = {k: v for k, v in params.items() if k != "original_max_position_embeddings" or rope_type != "ntk"}
     if rope_type == "ntk":
         d = rotary_dim

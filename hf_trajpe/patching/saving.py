@@ -19,7 +19,10 @@ def make_save_pretrained(model: nn.Module, attn_stock: str) -> Callable:
 
     def save_pretrained(save_directory, *args, **kwargs):
         """Stock ``save_pretrained`` (weights and config exactly as unpatched) plus
-        ``hf_trajpe_config.json`` and the patch state; reload with ``hf_trajpe.from_pretrained``.
+        ``hf_trajpe_config.json`` and the patch state; reload with ``hf_trajpe.from_pretrained``. Plain
+        transformers loads the stock model from the folder (with the ``rope_parameters`` extension, if any): an
+        encoding has no ``config.json`` form, and a remap of relative positions (``self_extend``, ``rerope``,
+        ``dca``, ``string``) cannot be expressed there at all.
 
         A model loaded from a ``.gguf`` file with plain transformers keeps a GGUF quantizer over weights
         that are already dense, and transformers refuses to save it; that leftover is removed first, as

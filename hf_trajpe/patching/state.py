@@ -26,12 +26,17 @@ from .plan import PatchPlan, plan_strength
 from .schemes import get_scheme
 from .sources import RankPositions, TrajectoryPositions
 
-__all__ = ["DecodingMemory", "PatchState", "PatchStates", "Step", "MEMORY_ATTR", "STATE_ATTR", "bind_state"]
+__all__ = ["DecodingMemory", "PatchState", "PatchStates", "Step", "MEMORY_ATTR", "ROTARY_FREQUENCIES", "STATE_ATTR",
+           "bind_state"]
 
 #: attribute of the KV cache object that holds :class:`DecodingMemory`
 MEMORY_ATTR = "_hf_trajpe_memory"
 #: attribute (in ``__dict__``, not a submodule) by which patched modules find the state
 STATE_ATTR = "_hf_trajpe_state"
+#: ``Step.memo`` key (with the layer type, ``None`` for a rotary module with one set of frequencies) of the model's
+#: rotary frequencies ``(inv_freq, attention_scaling)`` in this forward, put there by the rotary stand-ins when the
+#: rotation runs inside attention at remapped positions (remap_attention.py)
+ROTARY_FREQUENCIES = "rotary_frequencies"
 
 
 def bind_state(module: nn.Module, state: PatchState | None) -> None:

@@ -26,6 +26,7 @@ class PlanView(Protocol):
     max_positions: int | None
     table_offset: int
     sinusoid_scale: Any
+    rope_scaling: Any  # the resolved rope_parameters extension (rope_scaling.RopeScaling) or None
 
 
 class StepState(Protocol):

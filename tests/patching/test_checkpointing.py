@@ -19,6 +19,8 @@ PATCHES = {
     "trajectory-layers": ("trajectory", {"base": "rope", "strength": 0.3, "layers": "0,2"}),
     "rope-layers": ("rope", {"layers": "1"}),
     "alibi-layers": ("alibi", {"layers": "1-2"}),
+    "dca": ("dca", {"chunk_size": 8, "local_window": 2}),  # (a remap: rotations inside attention, per region)
+    "self_extend-layers": ("self_extend", {"group_size": 2, "window": 4, "layers": "1"}),
     "layer-map": ({"0": {"encoding": "trajectory", "base": "rope", "strength": 0.3}, "1": "alibi",
                    "2": {"encoding": "rope", "rotary_fraction": 0.5}}, {}),
 }

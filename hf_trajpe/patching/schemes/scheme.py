@@ -11,6 +11,8 @@ What a scheme contributes (``contributes``):
 - ``"bias"``: a bias on the attention scores from query and key positions (``attention_bias``),
 - ``"score"``: an additive modification of the attention scores computed from the queries and keys
   themselves, per layer (``score_bias``; CoPE),
+- ``"remap"``: the model's own rotation at positions that depend on the query-key pair, computed per
+  region inside attention (``remap.py``: Self-Extend, ReRoPE, dual chunk attention, STRING),
 - ``"nothing"``: no positional signal at all (NoPE).
 
 A scheme declares the options it reads (``options``: a tuple of :class:`~.option.Option`, with their
@@ -34,7 +36,7 @@ from .option import Option, declare_options
 __all__ = ["CONTRIBUTIONS", "SCHEMES", "Scheme", "register_scheme", "get_scheme", "check_interpolation",
            "table_rows_for"]
 
-CONTRIBUTIONS = ("additive", "rotary", "bias", "score", "nothing")
+CONTRIBUTIONS = ("additive", "rotary", "bias", "score", "remap", "nothing")
 #: name -> scheme class, in registration order (the order in which errors list them)
 SCHEMES: dict[str, type[Scheme]] = {}
 
@@ -83,6 +85,8 @@ class Scheme(nn.Module):
         this scheme. Additive vectors can always be added to the input embeddings."""
         if cls.contributes == "rotary":
             return "rotary" in provides or "attention" in provides
+        if cls.contributes == "remap":  # the model's own rotary, inside our attention
+            return {"rotary", "attention"} <= provides
         if cls.contributes in ("bias", "score"):
             return "attention" in provides
         return True

@@ -1,0 +1,165 @@
+"""The interface of the training-free long-context methods that remap relative positions (Self-Extend,
+ReRoPE, dual chunk attention, STRING) over a model's own rotary, and what they share.
+
+Such a method keeps the model's RoPE frequencies (or those of ``rope_parameters``) but gives a query-key
+pair ``(i, j)`` another relative distance than ``i - j``. Every one of them splits the pairs into a few
+*regions* (a neighbour window and the rest; the chunks of DCA), and within a region the distance is
+``f_q(i) - f_k(j)``: the query rotated at one position, the key at another. A scheme declares the regions
+(:meth:`RemapScheme.regions`: per region the positions at which queries and keys are rotated) and which
+region each pair falls in (:meth:`RemapScheme.region_index`); the attention (``patching/remap_attention.py``)
+computes the scores of each region and takes, per pair, the score of its region before one softmax.
+
+The model's own rotation is switched off (its rotary module gives the identity rotation), so attention and
+the KV cache see unrotated queries and keys. ``i`` and ``j`` are the ranks of the real tokens (from the
+attention mask, continuing after the KV cache), so a left-padded row equals the sequence alone.
+
+Every remap takes ``rope_parameters`` (the rotation it runs over, extended as for ``rope``), and its own options.
+Options that depend on the model (DCA's chunk size, STRING's shift: fractions of the trained length) default
+to ``None`` and are filled in by ``resolve_values`` when patching, so a saved patch holds the numbers it ran
+with. The trained length is that of the rotation: the extended length of ``rope_parameters`` when given, else
+the model's ``original_max_position_embeddings`` or ``max_position_embeddings`` (:func:`rotation_length`).
+Self-Extend and ReRoPE share ``window``, DCA and STRING ``local_window`` (one declaration each, whose default
+``None`` stands for each scheme's own).
+
+Shape legend: ``b`` batch, ``n`` queries, ``t`` keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import ClassVar
+
+import torch
+
+from ..rope_scaling import extended_length, trained_length
+from .option import Option
+from .rope import ROPE_PARAMETERS
+from .scheme import Scheme
+
+__all__ = ["LOCAL_WINDOW", "RemapScheme", "WINDOW", "integer", "rotation_length"]
+
+
+def integer(name: str, minimum: int = 1, what: str = "", optional: bool = False) -> Callable[[object], int | None]:
+    """The check of an integer option ``>= minimum`` (``None`` too where ``optional``); its ``ValueError`` names
+    the option (``name``: ``"group_size (self_extend)"``) and what it takes (``what``)."""
+
+    def check(value: object) -> int | None:
+        if value is None and optional:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ValueError(f"{name} must be an integer >= {minimum}{what}, got {value!r}")
+        return value
+
+    return check
+
+
+#: the nearest distances kept exact: Self-Extend's neighbour window, ReRoPE's window
+WINDOW = Option(
+    "window", None, "integer >= 1, or None",
+    "the nearest distances, kept exact (Self-Extend's neighbour window, ReRoPE's window); None: the reference "
+    "code's, 1024 for self_extend, 512 for rerope",
+    integer("window", what=" (the nearest distances, kept exact)", optional=True))
+#: DCA's and STRING's share of the nearest positions
+LOCAL_WINDOW = Option(
+    "local_window", None, "integer >= 0, or None",
+    "dca: the queries of a chunk that keep their true distance to the previous chunk (None: an eighth of the "
+    "trained length); string: the nearest distances kept for neighbours (None: min(128, shift // 2))",
+    integer("local_window", minimum=0, what=" (the nearest positions kept for neighbours)", optional=True))
+
+
+def rotation_length(values: dict, model) -> int | None:
+    """The length the rotation under a remap was trained for: that of the extension ``rope_parameters`` (in
+    ``values``, resolved when patching), else the model's trained length; ``None`` when its config has none."""
+    given = values.get("rope_parameters")
+    return trained_length(model.config) if given is None else extended_length(given, model.config)
+
+
+class RemapScheme(Scheme):
+    """A rotary scheme whose relative distances depend on the query-key pair (module docstring)."""
+
+    contributes = "remap"
+    bidirectional = False
+    #: the options every remap takes (each scheme adds its own before them)
+    options: ClassVar[tuple[Option, ...]] = (ROPE_PARAMETERS,)
+    needs_key_positions = True
+    attention_implementations = ("eager", "sdpa")
+    attention_refusals: ClassVar[dict[str, str]] = {
+        "flex_attention": "its scores come from several rotations of each query and key, selected per pair, which "
+                          "a flex score_mod (one score from one rotated q and k) cannot compute",
+    }
+
+    @classmethod
+    def check_model(cls, plan) -> None:
+        scaling = plan.rope_scaling
+        if scaling is not None and scaling.dynamic:
+            raise NotImplementedError(
+                f"{cls.name} remaps positions over fixed rotary frequencies; rope_type "
+                f"{scaling.parameters['rope_type']!r} changes them with the sequence length: use a static type "
+                "(yarn, linear, llama3, ntk)")
+
+    def regions(self, query_positions: torch.Tensor,
+                key_positions: torch.Tensor) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
+        """Per region, in the numbering of :meth:`region_index`: the positions ``[b, n]`` at which each query
+        is rotated and ``[b, t]`` at which each key is rotated, from the real positions ``[b, n]`` and
+        ``[b, t]`` (float32 ranks). Regions may return the same key tensor (rotated once)."""
+        raise NotImplementedError
+
+    def region_index(self, query_positions: torch.Tensor, key_positions: torch.Tensor) -> torch.Tensor:
+        """The region of each pair, an integer tensor ``[b, n, t]``, from ``[b, n, 1]`` and ``[b, 1, t]``
+        (float32 ranks). Pairs with ``j > i`` are masked anyway: any region."""
+        raise NotImplementedError
+
+
+def rotation_condition(attention_class: type):
+    """The condition (an ``ast`` expression) under which ``attention_class.forward`` applies its rotary (Cohere 2
+    and Flint rotate their sliding-window layers only, EXAONE 4 its sliding layers, AFMoE its local ones), or
+    ``None`` when it rotates unconditionally or the condition is ``self.use_rope`` (SmolLM3, Llama 4: read per
+    module at run time). A remap runs inside attention and does not run the model's code for it."""
+    import ast
+    import inspect
+    import textwrap
+
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(attention_class.forward)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.If):
+            continue
+        rotates = any(isinstance(call, ast.Call) and "rotary" in ast.unparse(call.func)
+                      for stmt in node.body for call in ast.walk(stmt))
+        if rotates and ast.unparse(node.test) != "self.use_rope":
+            return node.test
+    return None
+
+
+def evaluate_condition(condition, module) -> bool | None:
+    """``condition`` (from :func:`rotation_condition`) for one attention module, when it reads only the module's
+    attributes, constants, comparisons and ``and``/``or``/``not``; ``None`` when it reads anything else (an
+    argument of the forward, a call)."""
+    import ast
+
+    def value(node):
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+            if not hasattr(module, node.attr):
+                raise LookupError(node.attr)
+            return getattr(module, node.attr)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            return not value(node.operand)
+        if isinstance(node, ast.BoolOp):
+            parts = [bool(value(v)) for v in node.values]
+            return all(parts) if isinstance(node.op, ast.And) else any(parts)
+        if isinstance(node, ast.Compare) and len(node.ops) == 1:
+            left, right, op = value(node.left), value(node.comparators[0]), node.ops[0]
+            compare = {ast.Is: lambda a, b: a is b, ast.IsNot: lambda a, b: a is not b,
+                       ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b}.get(type(op))
+            if compare is not None:
+                return compare(left, right)
+        raise LookupError(ast.unparse(node))
+
+    try:
+        return bool(value(condition))
+    except LookupError:
+        return None
