@@ -44,6 +44,9 @@ _REFUSED = {
             "only add a penalty between chunks",
     "score": "its positions are counted from the content by each layer, so position ids are never read",
     "nothing": "it reads no positions at all",
+    "remap": "a remap (Self-Extend, ReRoPE, DCA, STRING) maps relative positions at read time and is meant to "
+             "be applied without training; fine-tune with PoSE on rope (with its rope_parameters) and apply the "
+             "remap to the tuned model afterwards",
 }
 
 

@@ -239,3 +239,17 @@ def test_a_resumed_pose_run_has_the_uninterrupted_loss_curve(tmp_path):
     full, split = losses(tmp_path / "full"), losses(tmp_path / "split")
     assert sorted(full) == sorted(split) == [1, 2, 3, 4]
     assert max(abs(full[k] - split[k]) for k in full) <= 1e-6
+
+
+def test_a_remap_is_refused_with_the_way_to_combine_them():
+    import transformers as T
+
+    import hf_trajpe
+    from hf_trajpe.training.pose import check_pose_model
+
+    cfg = T.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                        num_key_value_heads=1, vocab_size=64, max_position_embeddings=64)
+    model = T.LlamaForCausalLM(cfg)
+    handle = hf_trajpe.patch(model, "self_extend", group_size=2, window=16)
+    with pytest.raises(ValueError, match="'self_extend' encoding \\(remap\\).*apply the remap to the tuned model"):
+        check_pose_model(model, handle, 256)
