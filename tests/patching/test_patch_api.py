@@ -47,7 +47,7 @@ def test_config_validates_and_names_what_is_supported():
                                       r"base='sinusoidal', not 'rope'"),
     ("trajectory", {"base": "alibi", "rope_theta": 10000.0},
      r"rope_theta applies only where a rotation is applied \(encoding='rope', 'native' on a model whose own "
-     r"scheme is rope, or trajectory with base='rope'\); 'trajectory' on 'alibi' uses no rotary"),
+     r"scheme is rope, or trajectory with base='rope'\); 'trajectory' on 'alibi' sets no rotation of its own"),
     ("alibi", {"npos_max": 64}, r"option\(s\) npos_max apply only to encoding='cope', not 'alibi'"),
 ])
 def test_options_of_another_encoding_are_refused_whatever_their_value(encoding, options, match):
@@ -66,7 +66,8 @@ def test_options_of_the_models_own_scheme_are_checked_against_the_model():
     gpt2 = build("gpt2")
     for encoding in ("native", "trajectory"):
         with pytest.raises(ValueError, match=f"rope_theta applies only where a rotation is applied .*; '{encoding}' "
-                                             r"\(this patch runs .*'learned', GPT2's own scheme\) uses no rotary"):
+                                             r"\(this patch runs .*'learned', GPT2's own scheme\) sets no rotation "
+                                             "of its own"):
             hf_trajpe.patch(gpt2, encoding, rope_theta=10000.0)
     with hf_trajpe.patch(build("llama"), "native", rotary_fraction=0.5) as handle:  # rope takes it
         assert handle.config.rotary_fraction == 0.5

@@ -17,8 +17,8 @@ from .option import Option, is_number
 from .scheme import Scheme, register_scheme, table_rows_for
 
 #: how an option of the rotation is refused where none is applied
-WITHOUT_ROTATION = ("{name} applies only where a rotation is applied ({takers}); {desc} uses no rotary, so it "
-                    "would be ignored: leave {name} out")
+WITHOUT_ROTATION = ("{name} applies only where a rotation is applied ({takers}); {desc} sets no rotation of its "
+                    "own, so it would be ignored: leave {name} out")
 
 
 def _rope_theta(value):
