@@ -81,12 +81,21 @@ class RemapScheme(Scheme):
     bidirectional = False
     #: the options every remap takes (each scheme adds its own before them)
     options: ClassVar[tuple[Option, ...]] = (ROPE_PARAMETERS,)
+    #: ``window``'s value when the patch leaves it out, for a remap that takes the shared ``WINDOW`` option
+    default_window: ClassVar[int | None] = None
     needs_key_positions = True
     attention_implementations = ("eager", "sdpa")
     attention_refusals: ClassVar[dict[str, str]] = {
         "flex_attention": "its scores come from several rotations of each query and key, selected per pair, which "
                           "a flex score_mod (one score from one rotated q and k) cannot compute",
     }
+
+    @classmethod
+    def check_values(cls, values: dict) -> dict:
+        """The shared ``window`` option has no default of its own (each remap's differs): fill in this one's."""
+        if cls.default_window is not None and values.get("window") is None:
+            values = {**values, "window": cls.default_window}
+        return values
 
     @classmethod
     def check_model(cls, plan) -> None:

@@ -32,6 +32,7 @@ def _leak(value):
 @register_scheme
 class Rerope(RemapScheme):
     name = "rerope"
+    default_window = DEFAULT_WINDOW
     options = (
         WINDOW,
         Option("leak", None, "number >= 1, or None",
@@ -39,12 +40,6 @@ class Rerope(RemapScheme):
                "window (ReRoPE)", _leak),
         *RemapScheme.options,
     )
-
-    @classmethod
-    def check_values(cls, values: dict) -> dict:
-        if values["window"] is None:
-            values = {**values, "window": DEFAULT_WINDOW}
-        return values
 
     def __init__(self, plan) -> None:
         super().__init__(plan)

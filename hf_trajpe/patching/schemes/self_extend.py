@@ -26,6 +26,7 @@ DEFAULT_WINDOW = 1024
 @register_scheme
 class SelfExtend(RemapScheme):
     name = "self_extend"
+    default_window = DEFAULT_WINDOW
     #: the reference code's defaults (``group_size_1``, ``group_size_2``)
     options = (
         Option("group_size", 8, "integer >= 1",
@@ -34,12 +35,6 @@ class SelfExtend(RemapScheme):
         WINDOW,
         *RemapScheme.options,
     )
-
-    @classmethod
-    def check_values(cls, values: dict) -> dict:
-        if values["window"] is None:
-            values = {**values, "window": DEFAULT_WINDOW}
-        return values
 
     def __init__(self, plan) -> None:
         super().__init__(plan)
