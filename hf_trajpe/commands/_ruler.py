@@ -8,12 +8,15 @@ model is loaded.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from . import _args
 
 __all__ = ["add_ruler_arguments", "check_ruler", "run_ruler_command"]
 
 SAMPLES, QUICK_SAMPLES = 5, 2
+#: under --out: each row as it is scored; a rerun with the same --out continues from it
+ROWS_FILE = "ruler_rows.jsonl"
 
 
 def add_ruler_arguments(p: argparse.ArgumentParser) -> None:
@@ -78,7 +81,8 @@ def run_ruler_command(args: argparse.Namespace, models: dict[str, str], patches:
     baseline = args.baseline or next(iter(models))
     table = evaluate_ruler(models, patches, tokenizer=args.tokenizer, tasks=tasks,
                            lengths=args.ruler_lengths or [args.long_context], samples=samples, haystacks=haystacks,
-                           seed=args.data_seed, progress=not args.no_progress, dtype=args.dtype)
+                           seed=args.data_seed, progress=not args.no_progress, dtype=args.dtype,
+                           rows_file=Path(args.out) / ROWS_FILE)
     paths = write_ruler_report(table, args.out, baseline=baseline, reference_length=args.reference_length,
                                ratio=args.effective_ratio, n_resamples=args.bootstrap)
     print(paths["md"].read_text())

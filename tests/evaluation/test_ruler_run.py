@@ -105,6 +105,34 @@ def test_the_command_runs_ruler_on_a_model_and_its_patch(tmp_path, capsys):
     assert {r["task"] for r in data["rows"]} == {"niah_single_1", "vt"} and len(data["rows"]) == 2 * 2 * 2
     assert (tmp_path / "out" / "ruler_vs_length.png").is_file()
 
+    # a rerun with the same --out takes every saved row and generates nothing; a cut last line is dropped
+    rows_file = tmp_path / "out" / "ruler_rows.jsonl"
+    lines = rows_file.read_text().splitlines()
+    assert json.loads(lines[0])["header"]["methods"]["yarn"]["patch"]["rope_parameters"]["factor"] == 2
+    assert len(lines) == 1 + 8
+    rows_file.write_text("\n".join(lines[:-1]) + "\n" + lines[-1][:20])  # interrupted while writing the last row
+    import hf_trajpe.evaluation.ruler.runner as runner
+
+    calls = []
+    real = runner.generate_answer
+    runner_generate = lambda *a, **k: calls.append(1) or real(*a, **k)  # noqa: E731
+    try:
+        runner.generate_answer = runner_generate
+        assert main(argv) == 0
+    finally:
+        runner.generate_answer = real
+    assert len(calls) == 1, "only the row cut short is generated again"
+    again = json.loads((tmp_path / "out" / "ruler.json").read_text())
+    assert [r["score"] for r in again["rows"]] == [r["score"] for r in data["rows"]]
+    assert len(rows_file.read_text().splitlines()) == 1 + 8
+
+    # the same --out with another patch under a saved method's name is refused, the file untouched
+    before = rows_file.read_text()
+    other = argv[:argv.index("--patch") + 1] + ['yarn={"encoding": "rope"}'] + argv[argv.index("--patch") + 2:]
+    assert main(other) == 2
+    assert "holds rows of another run (method yarn" in capsys.readouterr().err
+    assert rows_file.read_text() == before
+
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["--ruler"], "--ruler runs with --long-context LENGTH"),

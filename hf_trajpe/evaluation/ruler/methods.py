@@ -3,25 +3,66 @@
 The prompts are made once with the tokenizer and read by every method, so two methods are compared on the
 very same prompts. Each distinct model source is loaded once; each name that reads it is patched with its
 options, run and unpatched in turn (as :mod:`hf_trajpe.evaluation.long_context_run` does).
+
+A long run (a 16k prompt of SmolLM2 takes minutes on a CPU) saves each row as it is scored to a rows file
+(JSON lines: a header with what the rows depend on, then one row per line); run again with the same file, it
+takes the rows already there and generates only the rest. A file whose header disagrees (another dtype,
+another model or patch under a method's name) is refused rather than mixed.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
-from .runner import RulerTable, make_samples, run_ruler
+from .runner import RulerTable, make_samples, prompt_key, run_ruler
 
-__all__ = ["evaluate_ruler"]
+__all__ = ["evaluate_ruler", "read_rows_file"]
+
+
+def read_rows_file(path: Path, header: dict) -> dict[str, dict]:
+    """The rows of an earlier run saved at ``path`` by key (none when the file does not exist). Refuses a file
+    whose header gives another model, patch or dtype to a method of ``header``, or another seed. A last line
+    cut short by an interrupted write is dropped (and the file rewritten without it)."""
+    if not path.exists():
+        return {}
+    lines = path.read_text().splitlines()
+    records = []
+    for number, line in enumerate(lines):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            if number < len(lines) - 1:
+                raise ValueError(f"{path}: line {number + 1} is not JSON; the rows file is damaged: move it away "
+                                 "to start the run afresh") from None
+            path.write_text("".join(f"{json.dumps(r)}\n" for r in records))  # the interrupted last write
+    if not records or "header" not in records[0]:
+        raise ValueError(f"{path} is not a RULER rows file (no header line); give another --out or move it away")
+    old = records[0]["header"]
+    clashes = [f"{key} {old.get(key)!r} -> {header[key]!r}" for key in ("precision", "seed")
+               if old.get(key) != header[key]]
+    for method, setting in header["methods"].items():
+        if method in old.get("methods", {}) and old["methods"][method] != setting:
+            clashes.append(f"method {method}: {old['methods'][method]} -> {setting}")
+    if clashes:
+        raise ValueError(f"{path} holds rows of another run ({'; '.join(clashes)}); give another --out, or move "
+                         "the file away to start afresh")
+    if set(header["methods"]) - set(old.get("methods", {})):  # a method added: the header names it from now on
+        records[0] = {"header": {**old, "methods": {**old.get("methods", {}), **header["methods"]}}}
+        path.write_text("".join(f"{json.dumps(r)}\n" for r in records))
+    return {prompt_key(r["method"], r): r for r in records[1:]}
 
 
 def evaluate_ruler(models: dict[str, str], patches: dict[str, dict] | None = None, tokenizer: str | None = None,
                    tasks: Sequence[str] | None = None, lengths: Sequence[int] = (4096,), samples: int = 5,
                    haystacks: Sequence[str] | None = None, seed: int = 0, progress: bool = True,
-                   dtype: str = "float32") -> RulerTable:
+                   dtype: str = "float32", rows_file: str | Path | None = None) -> RulerTable:
     """``models``: name -> model source (folder, ``.gguf`` file or ``package:``); ``patches``: name -> options
     of :func:`hf_trajpe.patching.patch` (none: the model as loaded). ``dtype``: ``float32``, ``bfloat16`` or
     ``auto`` (:func:`hf_trajpe.precision.resolve_dtype`), the same for every method; the table's ``meta`` says which.
+    ``rows_file``: where each row is saved as it is scored, and from where a rerun takes the rows already made.
     Returns every method's rows in one table."""
     from ...data import load_tokenizer
     from ...loading import load_model
@@ -39,14 +80,36 @@ def evaluate_ruler(models: dict[str, str], patches: dict[str, dict] | None = Non
         by_source.setdefault(source, []).append(name)
     torch_dtype, precision = resolve_dtype(dtype)
     table = RulerTable(meta={"methods": [], "patches": patches, "precision": precision})
+    done, save = {}, None
+    if rows_file is not None:
+        rows_file = Path(rows_file)
+        header = {"precision": precision, "seed": seed,
+                  "methods": {n: {"model": str(s), "patch": patches.get(n)} for n, s in models.items()}}
+        done = read_rows_file(rows_file, header)
+        rows_file.parent.mkdir(parents=True, exist_ok=True)
+        if not rows_file.exists():
+            rows_file.write_text(json.dumps({"header": header}) + "\n")
+        if done:
+            print(f"RULER: {len(done)} rows taken from {rows_file}", file=sys.stderr, flush=True)
+
+        def save(row: dict) -> None:
+            with rows_file.open("a") as f:
+                f.write(json.dumps(row) + "\n")
     for source, names in by_source.items():
-        print(f"RULER: loading {source}", file=sys.stderr, flush=True)
-        model = load_model(source).eval().to(torch_dtype)
+        todo = [n for n in names if not all(prompt_key(n, s) in done for s in prompts)]
+        model = None
+        if todo:
+            print(f"RULER: loading {source}", file=sys.stderr, flush=True)
+            model = load_model(source).eval().to(torch_dtype)
         for name in names:
             options = dict(patches.get(name) or {})
+            if name not in todo:  # every row saved by an earlier run: no model needed
+                table.extend(run_ruler(None, tok, prompts=prompts, seed=seed, method=name, progress=False, done=done))
+                continue
             handle = patch(model, options.pop("encoding", "native"), **options) if name in patches else None
             try:
-                table.extend(run_ruler(model, tok, prompts=prompts, seed=seed, method=name, progress=progress))
+                table.extend(run_ruler(model, tok, prompts=prompts, seed=seed, method=name, progress=progress,
+                                       done=done, on_row=save))
             finally:
                 if handle is not None:
                     handle.unpatch()

@@ -9,9 +9,10 @@ at the end-of-sequence token.
 
 from __future__ import annotations
 
+import hashlib
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
 from .fitting import encode
@@ -19,7 +20,7 @@ from .haystacks import get_haystack
 from .scoring import postprocess_pred, sample_score
 from .task import Sample, get_task, task_names
 
-__all__ = ["QUICK", "RulerTable", "generate_answer", "make_samples", "run_ruler"]
+__all__ = ["QUICK", "RulerTable", "generate_answer", "make_samples", "prompt_key", "run_ruler"]
 
 #: a small run: one task of each kind, the noise haystack, two samples
 QUICK = {"tasks": ["niah_single_1", "niah_multikey_1", "vt", "cwe", "fwe"], "haystacks": ["noise"], "samples": 2}
@@ -75,6 +76,14 @@ def make_samples(tokenizer, tasks: Sequence[str] | None = None, lengths: Sequenc
     return out
 
 
+def prompt_key(method: str, sample: Sample | dict) -> str:
+    """What identifies one row of a run: the method and the prompt itself (a hash of its text, so a row made
+    with another tokenizer, seed or generator is never taken for this prompt's)."""
+    get = sample.get if isinstance(sample, dict) else lambda k: getattr(sample, k, None)
+    digest = get("prompt_sha1") or hashlib.sha1(get("prompt").encode()).hexdigest()
+    return f"{method}|{get('task')}|{get('haystack')}|{get('length')}|{get('index')}|{digest}"
+
+
 def generate_answer(model, tokenizer, prompt: str, max_new_tokens: int) -> str:
     """Greedy continuation of ``prompt`` (no special tokens added, as its length was counted)."""
     import torch
@@ -90,18 +99,24 @@ def generate_answer(model, tokenizer, prompt: str, max_new_tokens: int) -> str:
 
 def run_ruler(model, tokenizer, tasks: Sequence[str] | None = None, lengths: Sequence[int] = (4096,),
               samples: int = 5, haystacks: Sequence[str] | None = None, seed: int = 0, method: str = "model",
-              prompts: Sequence[Sample] | None = None, progress: bool = True) -> RulerTable:
+              prompts: Sequence[Sample] | None = None, progress: bool = True, done: dict[str, dict] | None = None,
+              on_row: Callable[[dict], None] | None = None) -> RulerTable:
     """Score ``model`` on RULER's tasks at each length, ``samples`` prompts per task, haystack and length.
 
     ``tasks``: registered task names (default: all); ``haystacks``: haystack names (default: each task's own);
     ``prompts``: samples from :func:`make_samples` to reuse (then tasks, lengths, samples, haystacks and seed
-    are not used), so that several methods read the very same prompts. ``method`` labels the rows."""
+    are not used), so that several methods read the very same prompts. ``method`` labels the rows.
+    ``done``: rows of an earlier, interrupted run by :func:`prompt_key`, taken as they are instead of
+    generating again; ``on_row``: called with each new row as soon as it is scored (to save it)."""
     from tqdm.auto import tqdm
 
     if prompts is None:
         prompts = make_samples(tokenizer, tasks, lengths, samples, haystacks, seed)
-    was_training = model.training
-    model.eval()
+    if model is None and not all(done and prompt_key(method, s) in done for s in prompts):
+        raise ValueError("run_ruler needs a model unless every prompt's row is in done")
+    was_training = model.training if model is not None else False
+    if model is not None:
+        model.eval()
     table = RulerTable(meta={"methods": [method], "seed": seed, "lengths": sorted({s.length for s in prompts}),
                              "tasks": list(dict.fromkeys(s.task for s in prompts)),
                              "haystacks": list(dict.fromkeys(s.haystack for s in prompts))})
@@ -109,13 +124,21 @@ def run_ruler(model, tokenizer, tasks: Sequence[str] | None = None, lengths: Seq
     try:
         for s in bar:
             bar.set_postfix_str(f"{s.task} {s.haystack} {s.length}", refresh=False)
+            key = prompt_key(method, s)
+            if done and key in done:
+                table.rows.append(done[key])
+                continue
             wall, cpu = time.perf_counter(), time.process_time()
             raw = generate_answer(model, tokenizer, s.prompt, s.max_new_tokens)
             row = {k: v for k, v in asdict(s).items() if k != "prompt"}
-            row.update(method=method, prediction=postprocess_pred(raw), score=sample_score(s.metric, raw, s.answers),
+            row.update(prompt_sha1=hashlib.sha1(s.prompt.encode()).hexdigest(), method=method,
+                       prediction=postprocess_pred(raw), score=sample_score(s.metric, raw, s.answers),
                        wall_seconds=time.perf_counter() - wall, cpu_seconds=time.process_time() - cpu)
             table.rows.append(row)
+            if on_row is not None:
+                on_row(row)
     finally:
         bar.close()
-        model.train(was_training)
+        if model is not None:
+            model.train(was_training)
     return table
