@@ -97,6 +97,31 @@ def extension_real() -> str:
         f"{data['length']:,} tokens, {len(data['documents'])} documents, x = the trained length")
 
 
+def _score(cell: dict) -> str:
+    return f"{cell['score']:.2f} [{cell['ci'][0]:.2f}, {cell['ci'][1]:.2f}]"
+
+
+def ruler() -> str:
+    """RULER's needle on SmolLM2: score per method and length with its exact interval, and the paired test."""
+    data = _load("ruler/smollm2/ruler.json")
+    summary, meta = data["summary"], data["meta"]
+    lengths = meta["lengths"]
+    cells = {(c["method"], c["length"]): c for c in summary["by_length"]}
+    tests = {(c["method"], c["length"]): c for c in summary["comparisons"]}
+    baseline = summary["effective_length"]["baseline"]
+    rows = ["| method | " + " | ".join(f"{n // 1024}k" for n in lengths) + f" | at {lengths[-1] // 1024}k "
+            f"against {baseline} (wins / losses, p) |", "|---|" + "---:|" * len(lengths) + "---:|"]
+    for method in meta["methods"]:
+        test = tests.get((method, lengths[-1]))
+        paired = f"{test['wins']} / {test['losses']}, p = {test['p_value']:.2g}" if test else "-"
+        rows.append(f"| {method} | " + " | ".join(_score(cells[method, n]) for n in lengths) + f" | {paired} |")
+    n = cells[meta["methods"][0], lengths[0]]["n"]
+    return "\n".join(rows) + "\n\n" + _source(
+        "ruler/smollm2/README.md", f"; {', '.join(meta['tasks'])} on the {', '.join(meta['haystacks'])} haystack, "
+        f"{n} prompts per cell (the same prompts for every method), seed {meta['seed']}, "
+        f"{meta['precision']['dtype']}; score [exact 95% interval]; p: exact sign test on the same prompts")
+
+
 def extension_study() -> str:
     """The controlled extension study: zero-shot perplexity, every type pooled, per read length."""
     data = _load("extension/study/study.json")
@@ -143,7 +168,8 @@ def bench() -> str:
 
 
 TABLES: dict[str, Callable[[], str]] = {"content_study": content_study, "tasks": tasks,
-                                        "extension_real": extension_real, "extension_study": extension_study,
+                                        "extension_real": extension_real, "ruler": ruler,
+                                        "extension_study": extension_study,
                                         "recovery": recovery, "bench": bench}
 
 

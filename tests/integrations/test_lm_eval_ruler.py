@@ -67,3 +67,66 @@ def test_the_harness_scores_ruler_prompts_with_ruler_s_metric(data):
     assert all(0.0 <= r["string_match_all,none"] <= 1.0 for r in res.values())
     with pytest.raises(FileNotFoundError, match="write_ruler_data"):
         utils.ruler_docs("vt", data_dir=str(data))
+
+
+# -- the harness's own RULER tasks, offline, against the project's runner and generator -----------------------
+
+
+@pytest.fixture(scope="module")
+def harness_run(tmp_path_factory):
+    pytest.importorskip("lm_eval", reason="lm-evaluation-harness is not installed: pip install -e \".[lm-eval]\"")
+    pytest.importorskip("wonderwords", reason="the harness's RULER generators need pip install 'lm_eval[ruler]'")
+    from hf_trajpe.integrations.lm_eval_ruler import run_harness_ruler
+
+    model, tok = tiny_model("rope", rope_parameters={"rope_type": "yarn", "factor": 2.0})
+    folder = tmp_path_factory.mktemp("tokenizer")
+    tok.save_pretrained(folder)
+    rows = run_harness_ruler(model, tok, folder, "niah_single_1", 700, limit=3, add_bos_token=False)  # (no eos)
+    return model, tok, folder, rows
+
+
+def test_the_harness_s_own_needle_task_runs_offline_on_a_patched_model(harness_run):
+    _, _, _, rows = harness_run
+    assert [r["index"] for r in rows] == [0, 1, 2]
+    for r in rows:
+        value, = r["answers"]
+        assert r["prompt"].count(value) == 1 and r["prompt"].startswith("A special magic number is hidden")
+        assert r["prompt"].endswith(" mentioned in the provided text is") and 0.0 <= r["score"] <= 1.0
+
+
+def test_the_project_s_runner_reads_the_harness_s_prompts_as_the_harness_does(harness_run):
+    """The same prompts through both pipelines: the same greedy continuation and the same score, so a
+    difference between the two suites can come only from how their prompts are made."""
+    from hf_trajpe.evaluation.ruler import run_ruler
+    from hf_trajpe.evaluation.ruler.scoring import postprocess_pred
+    from hf_trajpe.integrations.lm_eval_ruler import harness_samples
+
+    model, tok, _, rows = harness_run
+    ours = run_ruler(model, tok, prompts=harness_samples(rows, "niah_single_1", tok, 700), method="ours",
+                     progress=False)
+    assert [r["prediction"] for r in ours.rows] == [postprocess_pred(r["prediction"]) for r in rows]
+    assert [r["score"] for r in ours.rows] == [r["score"] for r in rows]
+    assert all(r["prediction"] for r in ours.rows), "the model wrote something: the comparison is not of blanks"
+
+
+def test_the_project_s_needle_prompt_is_the_harness_s_template_and_needle(harness_run):
+    import re
+
+    from hf_trajpe.evaluation.ruler import make_samples
+
+    _, tok, _, rows = harness_run
+    ours = make_samples(tok, ["niah_single_1"], [700 - 128], 1, ["noise"], seed=0)[0]
+
+    def shape(prompt: str, key: str, value: str) -> tuple[str, str, str]:
+        lines = prompt.replace(key, "KEY").replace(value, "VALUE").split("\n")
+        needle = next(line for line in lines if "VALUE" in line)
+        return lines[0], needle, lines[-1]
+
+    key = re.search(r"for (\S+) mentioned", rows[0]["prompt"]).group(1)
+    theirs = shape(rows[0]["prompt"], key, rows[0]["answers"][0])
+    assert shape(ours.prompt, ours.extra["queries"][0], ours.answers[0]) == theirs
+    assert theirs[1] == "One of the special magic numbers for KEY is: VALUE."
+    # the harness fills its haystack in coarse steps below its budget (the length less the 128 new tokens);
+    # the project's prompt is within 1% of the length asked for
+    harness_tokens = [len(tok(r["prompt"], add_special_tokens=False)["input_ids"]) for r in rows]
+    assert all(n <= 700 for n in harness_tokens) and abs(ours.tokens - (700 - 128)) <= 0.01 * (700 - 128)
