@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import platform
 import sys
 import tempfile
 import time
@@ -59,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
+    from hf_trajpe.benchmarks.machine import machine_info
     from hf_trajpe.data import load_tokenizer
     from hf_trajpe.evaluation.ruler import make_samples, run_ruler
     from hf_trajpe.evaluation.ruler.scoring import postprocess_pred
@@ -73,8 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     result = {"model": args.model, "length": args.length, "samples": args.samples, "precision": precision,
-              "cpu": platform.processor() or platform.machine(), "torch": torch.__version__,
-              "threads": torch.get_num_threads(), "tasks": {}}
+              "machine": machine_info("cpu", torch_dtype), "tasks": {}}
     with tempfile.TemporaryDirectory() as folder:
         tok.save_pretrained(folder)
         for task in args.tasks:
