@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ....evaluation.bootstrap import delta_pct
+from ....evaluation.bootstrap import DELTA_BOUNDS, delta_pct
 from ....evaluation.claims import verdict as claim_verdict
 from ....evaluation.evaluate_models import judge_deltas
 from ....evaluation.seed_inference import seed_interval, t_ppf
@@ -43,13 +43,14 @@ def rejudge_delta(d: dict, base_seeds: list[float], enc_seeds: list[float], leve
         raise ValueError(f"the per-seed perplexities give a delta of {delta:.6f}%, the published one is "
                          f"{d['delta_pct']:.6f}%: they are not the same models")
     if pb.size == pe.size:
-        iv = seed_interval(delta, delta_pct(pb, pe), sequence_sd, level)
+        iv = seed_interval(delta, delta_pct(pb, pe), sequence_sd, level, bounds=DELTA_BOUNDS)
     else:
         iv = seed_interval(delta, delta_pct(pb.mean(), pe), sequence_sd, level,
-                           per_seed_other=delta_pct(pb, pe.mean()))
+                           per_seed_other=delta_pct(pb, pe.mean()), bounds=DELTA_BOUNDS)
     out.update(published_verdict=d.get("verdict"), published_ci=d.get("ci"), ci=iv["ci"],
                ci_equivalence=iv["ci_equivalence"], p_value=iv["p_value"], se=iv["se"], df=iv["df"],
-               method=f"{iv['method']} ({SEQUENCE_SD_NOTE})", sequence_sd=sequence_sd)
+               method=f"{iv['method']} ({SEQUENCE_SD_NOTE})", sequence_sd=sequence_sd,
+               zero_spread=iv["zero_spread"])
     if "claim_verdict" in d:
         out["published_claim_verdict"] = d["claim_verdict"]
     return out
