@@ -43,7 +43,8 @@ def plan_lines(seeds: list[int], margin: float, unit: str, correction: str, plan
     """The declared plan as a markdown paragraph and list: seeds, margin, correction, family, changes."""
     other = "bh" if correction == "holm" else "holm"
     size = f" ({family_size} comparisons)" if family_size is not None else ""
-    lines = ["**Analysis plan** (declared in the study config before the data): "
+    lines = ["**Analysis plan** (as the study config declares it; what was changed after a first look at results "
+             "is listed below it): "
              f"{len(seeds)} seed(s) {list(seeds)}; equivalence margin ±{margin:g}{unit} (two one-sided tests); "
              f"{correction_name(correction)}'s correction across the family{size}"
              + (f": {plan.family}" if plan.family else "")

@@ -23,6 +23,7 @@ from ....evaluation.bootstrap import DELTA_BOUNDS, delta_pct
 from ....evaluation.claims import verdict as claim_verdict
 from ....evaluation.evaluate_models import judge_deltas
 from ....evaluation.seed_inference import seed_interval, t_ppf
+from ...plan import AnalysisPlan, plan_lines
 
 __all__ = ["rejudge_delta", "rejudge_study", "rejudge_markdown", "SEQUENCE_SD_NOTE"]
 
@@ -62,10 +63,11 @@ def _per_seed(report: dict, name: str, ctype: str, length: str) -> list[float] |
     return [s["perplexity"] for s in seeds] if seeds else None
 
 
-def rejudge_study(study_dir: str | Path) -> dict:
-    """Every comparison of the content study in ``study_dir`` (``study.json``, ``report.json``) re-judged:
+def rejudge_study(study_dir: str | Path, correction: str = "holm", analysis: dict | None = None) -> dict:
+    """Every comparison of the content study in ``study_dir`` (``study.json``, ``report.json``) re-judged with
+    the declared ``correction`` (``analysis``: the plan's family and changes, as the study YAML declares them):
     ``{"groups": [{model, reference, kind, deltas: {type: {length: delta}}}], "family_size", "unseen",
-    "margin", "level"}``."""
+    "margin", "level", "seeds", "correction", "analysis"}``."""
     study_dir = Path(study_dir)
     study = json.loads((study_dir / "study.json").read_text())
     report = json.loads((study_dir / "report.json").read_text())
@@ -103,14 +105,15 @@ def rejudge_study(study_dir: str | Path) -> dict:
             shown.update((model, ref, c, L) for c, per_l in done.items() for L in per_l)
             compared.append((model, ref, done))
             out_groups.append({"model": model, "reference": ref, "kind": kind, "deltas": done})
-    family = judge_deltas(compared, margin, level, unseen=unseen)  # Holm, and the false discovery rate beside it
+    family = judge_deltas(compared, margin, level, correction=correction, unseen=unseen)  # the other one beside
     for g in out_groups:
         if g["kind"] == "trajectory against its base":
             for ctype, per_len in g["deltas"].items():
                 for d in per_len.values():
                     d["claim_verdict"] = claim_verdict(tuple(d["ci"]), ctype)
     return {"groups": out_groups, "family_size": family, "unseen": unseen, "margin": margin, "level": level,
-            "baseline": baseline, "source": str(study_dir)}
+            "baseline": baseline, "source": str(study_dir), "seeds": study["meta"].get("config", {}).get("seeds"),
+            "correction": correction, "analysis": analysis or {"family": "", "changes": []}}
 
 
 def _short(verdict: str | None) -> str:
@@ -136,7 +139,11 @@ def rejudge_markdown(result: dict, command: str | None = None) -> str:
              "Benjamini-Hochberg adjusted p-value over the same family and what a 5% false discovery rate calls "
              "(`FDR 5%`). Deltas in % of perplexity, positive = the model is better than the reference.",
              "",
-             f"Command: `{command}`" if command else "", "", "## What changed", "",
+             f"Command: `{command}`" if command else "", ""]
+    if result.get("seeds"):
+        lines += plan_lines(result["seeds"], result["margin"], "%", result.get("correction", "holm"),
+                            AnalysisPlan(**result.get("analysis", {})), result["family_size"])
+    lines += ["## What changed", "",
              "| comparisons | published verdict | now (Holm) | now at FDR 5% | count |", "|---|---|---|---|---:|"]
     counts: dict = {}
     for g in groups:

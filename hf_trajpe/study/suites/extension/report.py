@@ -55,11 +55,12 @@ def comparisons_of(cfg, scores: dict, pairs: list[tuple[str, str]], kind: str = 
 
 def _mark(c: dict, correction: str | None = None) -> str:
     v = c["verdict"] if correction is None else c[f"verdict_{correction}"]
+    equal = "=" if "; equivalent" in v or "yet equivalent" in v else ""
     if v.startswith("better"):
-        return "▲"
+        return "▲" + equal
     if v.startswith("worse"):
-        return "▼"
-    return "=" if "; equivalent" in v or "yet equivalent" in v else "?"
+        return "▼" + equal
+    return equal or "?"
 
 
 def _ppl_table(cfg, scores: dict, kind: str, key: str) -> list[str]:
