@@ -26,8 +26,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="the study's YAML, for its declared correction and analysis plan "
                              "(default: %(default)s)")
     parser.add_argument("--legacy", action="store_true",
-                        help="a report of the older format (docs/results/tasks_pilot): only the results whose seeds all "
-                             "agree are recomputed in tasks.json, and tasks.md gets a note listing what changed")
+                        help="a report of the older format (docs/results/tasks_pilot): only the results whose seeds "
+                             "all agree are recomputed in tasks.json, and tasks.md gets a note listing what changed")
     args = parser.parse_args(argv if argv is not None else sys.argv[1:])
     if not (Path(args.report_dir) / "tasks.json").is_file():
         parser.error(f"{args.report_dir} has no tasks.json: give --report-dir the report_dir of a task study "
