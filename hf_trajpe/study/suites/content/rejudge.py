@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ....evaluation.bootstrap import DELTA_BOUNDS, delta_pct
+from ....evaluation.claims import CLAIMED_IMPROVEMENT, CONTROL_TYPE
 from ....evaluation.claims import verdict as claim_verdict
 from ....evaluation.evaluate_models import judge_deltas
 from ....evaluation.seed_inference import seed_interval, t_ppf
@@ -111,9 +112,43 @@ def rejudge_study(study_dir: str | Path, correction: str = "holm", analysis: dic
             for ctype, per_len in g["deltas"].items():
                 for d in per_len.values():
                     d["claim_verdict"] = claim_verdict(tuple(d["ci"]), ctype)
+                    if ctype != CONTROL_TYPE and ctype in CLAIMED_IMPROVEMENT:
+                        low = CLAIMED_IMPROVEMENT[ctype][0]  # ruled out: the interval's upper end below the claim
+                        d["claim_ruled_out"] = bool(d["ci"][1] < low)
+                        d["published_claim_ruled_out"] = bool(d["published_ci"] and d["published_ci"][1] < low)
     return {"groups": out_groups, "family_size": family, "unseen": unseen, "margin": margin, "level": level,
             "baseline": baseline, "source": str(study_dir), "seeds": study["meta"].get("config", {}).get("seeds"),
             "correction": correction, "analysis": analysis or {"family": "", "changes": []}}
+
+
+def ruled_out_counts(group: dict) -> dict[str, tuple[int, int, int]]:
+    """``{length: (ruled out now, ruled out by the published interval, types with a claim)}`` of one trajectory
+    group: the claimed improvement is ruled out where the 95% interval's upper end lies below its minimum."""
+    out: dict[str, list[int]] = {}
+    for per_len in group["deltas"].values():
+        for length, d in per_len.items():
+            if "claim_ruled_out" in d:
+                n = out.setdefault(length, [0, 0, 0])
+                n[0] += d["claim_ruled_out"]
+                n[1] += d["published_claim_ruled_out"]
+                n[2] += 1
+    return {k: (v[0], v[1], v[2]) for k, v in out.items()}
+
+
+def _ruled_out_lines(groups: list[dict]) -> list[str]:
+    rows = [(g, ruled_out_counts(g)) for g in groups if g["kind"] == "trajectory against its base"]
+    if not rows:
+        return []
+    lengths = sorted({n for _, c in rows for n in c}, key=int)
+    lines = ["## The claimed improvements", "",
+             "Content types (of those with a claimed range) where the claimed improvement of trajectory over its "
+             "base is ruled out: the 95% interval's upper end below the claimed minimum, now (published interval "
+             "in parentheses).", "",
+             "| comparison | " + " | ".join(f"{n} tokens" for n in lengths) + " |", "|---|" + "---:|" * len(lengths)]
+    for g, c in rows:
+        cells = [f"{c[n][0]} of {c[n][2]} ({c[n][1]})" if n in c else "-" for n in lengths]
+        lines.append(f"| `{g['model']}` vs `{g['reference']}` | " + " | ".join(cells) + " |")
+    return lines + [""]
 
 
 def _short(verdict: str | None) -> str:
@@ -152,7 +187,7 @@ def rejudge_markdown(result: dict, command: str | None = None) -> str:
                 k = (g["kind"], _short(d["published_verdict"]), _short(d["verdict"]), d["significance_bh"])
                 counts[k] = counts.get(k, 0) + 1
     lines += [f"| {a} | {b} | {c} | {e} | {n} |" for (a, b, c, e), n in sorted(counts.items())]
-    lines += ["", "## Every comparison", ""]
+    lines += ["", *_ruled_out_lines(groups), "## Every comparison", ""]
     for g in groups:
         lines += [f"### `{g['model']}` against `{g['reference']}` ({g['kind']})", "",
                   "| type | length | delta % | published 95% | now 95% | p | p Holm | p BH | published | now (Holm) "
