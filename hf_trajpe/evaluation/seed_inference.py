@@ -193,7 +193,10 @@ def _exact_bound(value: float, a: np.ndarray, b: np.ndarray | None, example_sd: 
     else:
         p = sign_flip_p(a, b)
     z = t_ppf(1.0 - alpha / 2.0, math.inf)
-    if p >= alpha or seeds < 2:
+    # every value other than the observed one leaves the seeds all on one side: the smallest p the test can give
+    smallest = (sign_flip_p(np.ones(a.size)) if b is None else sign_flip_p(np.ones(a.size), np.zeros(b.size))
+                ) if seeds >= 2 else 1.0
+    if smallest >= alpha:
         ci = bounds  # the exact test rejects no value: the quantity may be anything it can be
     else:
         ci = _within((value - z * example_sd, value + z * example_sd), bounds)
