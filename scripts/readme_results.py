@@ -123,8 +123,7 @@ def extension_real() -> str:
         rows.append(f"| {name} | {ppl} | {found} |")
     return "\n".join(rows) + "\n\n" + _source(
         "extension/README.md", f"; SmolLM2-135M (trained on {data['trained_length']:,} positions) at "
-        f"{data['length']:,} tokens, {len(data['documents'])} documents, x = the trained length; a passkey cell is "
-        "one trial (a hit or a miss, not a rate)")
+        f"{data['length']:,} tokens, {len(data['documents'])} documents, x = the trained length")
 
 
 def extension_study() -> str:
@@ -188,6 +187,60 @@ def bench() -> str:
         f"{meta['dtype']}, transformers {meta['transformers']}); a verdict is read from the ratio's 95% interval. "
         f"Measured again on the current code ({later['meta']['date_utc'][:10]}, CPU clock, one thread, "
         "[docs/results/bench/cpu_clock](docs/results/bench/cpu_clock/after_models.md)): " + "; ".join(newer))
+
+
+TABLES: dict[str, Callable[[], str]] = {"content_study": content_study, "tasks": tasks,
+                                        "extension_real": extension_real, "extension_study": extension_study,
+                                        "recovery": recovery, "bench": bench}
+
+
+def render(text: str, tables: dict[str, Callable[[], str]] | None = None) -> tuple[str, list[str]]:
+    """``text`` with every results block rendered anew (``tables``: the renderers of its file, README.md's by
+    default), and the names of the blocks that changed."""
+    tables = TABLES if tables is None else tables
+    changed: list[str] = []
+
+    def fill(match: re.Match) -> str:
+        name = match["name"]
+        if name not in tables:
+            raise KeyError(f"block results:{name} has no renderer; known: {', '.join(tables)}")
+        body = tables[name]() + "\n"
+        if body != match["body"]:
+            changed.append(name)
+        return match.group(1) + body + match.group(4)
+
+    return MARKER.sub(fill, text), changed
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--check", action="store_true", help="change nothing; exit 1 if a table differs from its file")
+    p.add_argument("--readme", type=Path, default=None,
+                   help="one file to render (default: README.md and the READMEs of docs/results with blocks)")
+    args = p.parse_args(argv)
+    targets = [(ROOT / rel, tables) for rel, tables in FILES.items()] if args.readme is None else [
+        (args.readme, FILES.get(_relative(args.readme), TABLES))]
+    stale = 0
+    for path, tables in targets:
+        text = path.read_text()
+        new, changed = render(text, tables)
+        if args.check:
+            if changed:
+                stale += 1
+                print(f"{path}: out of date with docs/results: {', '.join(changed)}; run "
+                      "python scripts/readme_results.py", file=sys.stderr)
+            continue
+        path.write_text(new)
+        print(f"{path}: {', '.join(changed) or 'nothing'} rewritten")
+    return 1 if stale else 0
+
+
+def _relative(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
 
 
 def _mark_task(d: dict) -> str:
@@ -443,9 +496,6 @@ def content_standing() -> str:
                               "also under Holm.\n")
 
 
-TABLES: dict[str, Callable[[], str]] = {"content_study": content_study, "tasks": tasks,
-                                        "extension_real": extension_real, "extension_study": extension_study,
-                                        "recovery": recovery, "bench": bench}
 #: the generated blocks of each file (relative to the repository root): README.md's, then the results' own
 FILES: dict[str, dict[str, Callable[[], str]]] = {
     "README.md": TABLES,
@@ -459,54 +509,6 @@ FILES: dict[str, dict[str, Callable[[], str]]] = {
                                          "extension_real_16k": extension_real_16k,
                                          "extension_real_12k": extension_real_12k},
 }
-
-
-def render(text: str, tables: dict[str, Callable[[], str]] | None = None) -> tuple[str, list[str]]:
-    """``text`` with every results block rendered anew (``tables``: the renderers of its file, README.md's by
-    default), and the names of the blocks that changed."""
-    tables = TABLES if tables is None else tables
-    changed: list[str] = []
-
-    def fill(match: re.Match) -> str:
-        name = match["name"]
-        if name not in tables:
-            raise KeyError(f"block results:{name} has no renderer; known: {', '.join(tables)}")
-        body = tables[name]() + "\n"
-        if body != match["body"]:
-            changed.append(name)
-        return match.group(1) + body + match.group(4)
-
-    return MARKER.sub(fill, text), changed
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--check", action="store_true", help="change nothing; exit 1 if a table differs from its file")
-    p.add_argument("--readme", type=Path, default=None,
-                   help="one file to render (default: README.md and the READMEs of docs/results with blocks)")
-    args = p.parse_args(argv)
-    targets = [(ROOT / rel, tables) for rel, tables in FILES.items()] if args.readme is None else [
-        (args.readme, FILES.get(_relative(args.readme), TABLES))]
-    stale = 0
-    for path, tables in targets:
-        text = path.read_text()
-        new, changed = render(text, tables)
-        if args.check:
-            if changed:
-                stale += 1
-                print(f"{path}: out of date with docs/results: {', '.join(changed)}; run "
-                      "python scripts/readme_results.py", file=sys.stderr)
-            continue
-        path.write_text(new)
-        print(f"{path}: {', '.join(changed) or 'nothing'} rewritten")
-    return 1 if stale else 0
-
-
-def _relative(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(ROOT))
-    except ValueError:
-        return str(path)
 
 
 if __name__ == "__main__":
