@@ -95,7 +95,10 @@ def test_the_published_task_reports_are_what_their_json_gives_again(report, tmp_
     assert json.loads((tmp_path / "tasks.json").read_text())["tasks"] == published["tasks"]
 
 
+@pytest.mark.slow  # about 5 CPU seconds: every comparison of every content type is made again
 def test_the_published_extension_report_is_what_its_json_gives_again(tmp_path):
+    """`python -m pytest -m slow tests/study/suites/test_rejudge.py`: the published study.md is what
+    scripts/rerender_extension_study.py writes from study.json, and no verdict changes."""
     from hf_trajpe.study.suites.extension.rerender import rerender_extension_report
 
     shutil.copytree(RESULTS / "extension" / "study", tmp_path / "study")
