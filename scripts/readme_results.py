@@ -1,10 +1,10 @@
 """The README's result tables, generated from the files in docs/results (never typed by hand).
 
-Each table sits between ``<!-- results:NAME:start -->`` and ``<!-- results:NAME:end -->`` in README.md and is
-rendered here from one JSON file; the text between the markers is replaced whole. Run it after a study rewrites
-its files::
+Each table sits between ``<!-- results:NAME:start -->`` and ``<!-- results:NAME:end -->`` in README.md (or in
+the READMEs of docs/results, :data:`FILES`) and is rendered here from one JSON file; the text between the markers
+is replaced whole. Run it after a study rewrites its files::
 
-    python scripts/readme_results.py           # rewrite README.md
+    python scripts/readme_results.py           # rewrite README.md and the results' READMEs
     python scripts/readme_results.py --check   # exit 1 naming the tables that differ from their files
 
 ``tests/test_readme.py`` fails when README.md and the files disagree. Standard library only.
@@ -21,7 +21,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
-MARKER = re.compile(r"(<!-- results:(?P<name>[a-z_]+):start -->\n)(?P<body>.*?)(<!-- results:(?P=name):end -->)", re.S)
+MARKER = re.compile(r"(<!-- results:(?P<name>[a-z0-9_]+):start -->\n)(?P<body>.*?)"
+                    r"(<!-- results:(?P=name):end -->)", re.S)
 
 
 def _load(rel: str) -> dict:
@@ -39,8 +40,8 @@ def _source(rel: str, extra: str = "") -> str:
 def content_study() -> str:
     """Trajectory against its own base, per comparison group: how many differences each correction calls."""
     data = _load("study/rejudged.json")
-    rows = ["| comparison | cells | delta at 128 tokens (range) | called, Holm | called, BH 5% | equivalent ±2% |",
-            "|---|---:|---:|---:|---:|---:|"]
+    rows = ["| comparison | cells | delta at 128 tokens (range) | called, Holm | called, BH 5% | equivalent ±2% "
+            "| claim ruled out, 128 tokens |", "|---|---:|---:|---:|---:|---:|---:|"]
     for group in data["groups"]:
         if group["kind"] != "trajectory against its base":
             continue
@@ -49,11 +50,15 @@ def content_study() -> str:
         holm = sum(c["significance"] != "no significant difference" for c in cells)
         bh = sum(c.get("significance_bh", "no significant difference") != "no significant difference" for c in cells)
         equivalent = sum(bool(c["equivalent"]) for c in cells)
+        claims = [c for per_len in group["deltas"].values() for n, c in per_len.items()
+                  if n == "128" and "claim_ruled_out" in c]
+        ruled = f"{sum(c['claim_ruled_out'] for c in claims)} of {len(claims)} types"
         rows.append(f"| {group['model']} vs {group['reference']} | {len(cells)} | "
-                    f"{min(at_train):+.1f} to {max(at_train):+.1f}% | {holm} | {bh} | {equivalent} |")
+                    f"{min(at_train):+.1f} to {max(at_train):+.1f}% | {holm} | {bh} | {equivalent} | {ruled} |")
     return "\n".join(rows) + "\n\n" + _source(
-        "study/rejudged.md", f", 3 seeds, {data['family_size']} comparisons in the family; delta: percent change "
-        "of perplexity, positive = trajectory better")
+        "study/rejudged.md", f", {len(data['seeds'])} seeds, {data['family_size']} comparisons in the family; delta: "
+        "percent change of perplexity, positive = trajectory better; claim ruled out: the 95% interval's upper end "
+        "below the claimed minimum")
 
 
 TASK_SPLITS = {"selective_copy": ("test", "test_ood_sparse"), "counting": ("test_ood", "test_ood_value"),
@@ -75,9 +80,33 @@ def tasks() -> str:
                 cells.append(_pct(res["exact_match"]["mean"]) if res else "-")
             rows.append(f"| {task} ({entry['steps']}) | {split} | " + " | ".join(cells) + " |")
     seeds, method = len(data["config"]["seeds"]), data["method"]
+    calls = _task_calls(data)
     return "\n".join(rows) + "\n\n" + _source(
-        "tasks/README.md", f", {seeds} seeds, {method['family_size']} comparisons ({method['correction']} and the "
-        "false discovery rate)")
+        "tasks/README.md", f", {seeds} seeds, {method['family_size']} comparisons; differences called: {calls['holm']} "
+        f"under Holm (declared), {calls['bh']} under Benjamini-Hochberg (seeds that all agree: the exact sign-flip "
+        "bound, never certainty)")
+
+
+def _task_differences(data: dict):
+    """Every difference of a task study's JSON, once per comparison."""
+    seen = set()
+    for task, entry in data["tasks"].items():
+        for name, per_split in entry["results"].items():
+            for split, cell in per_split.items():
+                for to_base, to_ref in (("vs_baseline", "vs"), ("token_vs_baseline", "token_vs")):
+                    found = [(data["baseline"], cell[to_base])] if to_base in cell else []
+                    for ref, d in found + list(cell.get(to_ref, {}).items()):
+                        if (task, name, split, to_base, ref) not in seen:
+                            seen.add((task, name, split, to_base, ref))
+                            yield d
+
+
+def _task_calls(data: dict) -> dict[str, int]:
+    called = {"holm": 0, "bh": 0}
+    for d in _task_differences(data):
+        called["holm"] += d.get("significance_holm", "no significant difference") != "no significant difference"
+        called["bh"] += d.get("significance_bh", "no significant difference") != "no significant difference"
+    return called
 
 
 def extension_real() -> str:
@@ -131,9 +160,12 @@ def extension_study() -> str:
     for name, per_factor in table.items():
         rows.append(f"| {name} | " + " | ".join(f"{per_factor[f]['all types']['ppl']:.2f}" for f in factors) + " |")
     seeds = len(data["config"]["seeds"])
+    strengths = sorted({str(m.get("strength")) for m in data["config"]["methods"].values()
+                        if isinstance(m, dict) and m.get("encoding") == "trajectory"})
     return "\n".join(rows) + "\n\n" + _source(
         "extension/study/study.md", f"; small RoPE models trained at {data['config']['data']['block_size']} tokens, "
-        f"{seeds} seeds, mean perplexity (intervals and verdicts in the file)")
+        f"{seeds} seeds, mean perplexity (intervals and verdicts in the file); the content rows at strength "
+        f"{', '.join(strengths)}, the only one tried (not tuned)")
 
 
 def recovery() -> str:
@@ -144,9 +176,13 @@ def recovery() -> str:
         rec = data.get("recovered", {}).get(name, {}).get("real_text")
         gap = f"{rec['gap']:+.1%} [{rec['gap_ci'][0]:+.1%}, {rec['gap_ci'][1]:+.1%}]" if rec else "-"
         rows.append(f"| {name} | {curve[0]['perplexity']:.2f} | {curve[-1]['perplexity']:.2f} | {gap} |")
+    other = _load("recovery/recovery.json")["curves"]["native"][-1]["perplexity"]
+    here = data["curves"]["native"][-1]["perplexity"]
     return "\n".join(rows) + "\n\n" + _source(
         "recovery_layers/recovery.md", f"; one seed, stock untuned {data['stock_perplexity']:.2f}, "
-        f"{data['curves']['native'][-1]['step']} steps")
+        f"{data['curves']['native'][-1]['step']} steps. The stock model tuned alike ended at {here:.2f} here and "
+        f"at {other:.2f} in the run of docs/results/recovery (other training files): the baseline itself moved "
+        f"{100 * abs(here / other - 1):.1f}% between runs, more than some gaps it is set against")
 
 
 def bench() -> str:
@@ -162,9 +198,20 @@ def bench() -> str:
         worst = max(targets, key=lambda t: t["measured"])
         rows.append(f"| {what} (<= {worst['limit']}) | " + " | ".join(map(str, counts))
                     + f" | {worst['measured']:.3f} ({worst['where']}, {worst['variant']}) |")
+    newer = []
+    for rel in ("bench/cpu_clock/after_models.json", "bench/cpu_clock/after_decode.json"):
+        later = _load(rel)
+        by_what: dict[str, list[dict]] = {}
+        for t in later["targets"]:
+            by_what.setdefault(t["what"], []).append(t)
+        for what, targets in by_what.items():
+            worst = max(targets, key=lambda t: t["measured"])
+            newer.append(f"{what.split(',')[0]} at most {worst['measured']:.3f} ({worst['where']}, {worst['variant']})")
     return "\n".join(rows) + "\n\n" + _source(
         "bench/bench.md", f", run of {meta['date_utc']} UTC on {meta['cpu']} ({meta['cpu_count']} cores, "
-        f"{meta['dtype']}, transformers {meta['transformers']}); a verdict is read from the ratio's 95% interval")
+        f"{meta['dtype']}, transformers {meta['transformers']}); a verdict is read from the ratio's 95% interval. "
+        f"Measured again on the current code ({later['meta']['date_utc'][:10]}, CPU clock, one thread, "
+        "[docs/results/bench/cpu_clock](docs/results/bench/cpu_clock/after_models.md)): " + "; ".join(newer))
 
 
 TABLES: dict[str, Callable[[], str]] = {"content_study": content_study, "tasks": tasks,
@@ -173,15 +220,17 @@ TABLES: dict[str, Callable[[], str]] = {"content_study": content_study, "tasks":
                                         "recovery": recovery, "bench": bench}
 
 
-def render(text: str) -> tuple[str, list[str]]:
-    """``text`` with every results block rendered anew, and the names of the blocks that changed."""
+def render(text: str, tables: dict[str, Callable[[], str]] | None = None) -> tuple[str, list[str]]:
+    """``text`` with every results block rendered anew (``tables``: the renderers of its file, README.md's by
+    default), and the names of the blocks that changed."""
+    tables = TABLES if tables is None else tables
     changed: list[str] = []
 
     def fill(match: re.Match) -> str:
         name = match["name"]
-        if name not in TABLES:
-            raise KeyError(f"README block results:{name} has no renderer; known: {', '.join(TABLES)}")
-        body = TABLES[name]() + "\n"
+        if name not in tables:
+            raise KeyError(f"block results:{name} has no renderer; known: {', '.join(tables)}")
+        body = tables[name]() + "\n"
         if body != match["body"]:
             changed.append(name)
         return match.group(1) + body + match.group(4)
@@ -192,19 +241,300 @@ def render(text: str) -> tuple[str, list[str]]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--check", action="store_true", help="change nothing; exit 1 if a table differs from its file")
-    p.add_argument("--readme", type=Path, default=ROOT / "README.md")
+    p.add_argument("--readme", type=Path, default=None,
+                   help="one file to render (default: README.md and the READMEs of docs/results with blocks)")
     args = p.parse_args(argv)
-    text = args.readme.read_text()
-    new, changed = render(text)
-    if args.check:
-        if changed:
-            print(f"{args.readme}: out of date with docs/results: {', '.join(changed)}; run "
-                  "python scripts/readme_results.py", file=sys.stderr)
-            return 1
-        return 0
-    args.readme.write_text(new)
-    print(f"{args.readme}: {', '.join(changed) or 'nothing'} rewritten")
-    return 0
+    targets = [(ROOT / rel, tables) for rel, tables in FILES.items()] if args.readme is None else [
+        (args.readme, FILES.get(_relative(args.readme), TABLES))]
+    stale = 0
+    for path, tables in targets:
+        text = path.read_text()
+        new, changed = render(text, tables)
+        if args.check:
+            if changed:
+                stale += 1
+                print(f"{path}: out of date with docs/results: {', '.join(changed)}; run "
+                      "python scripts/readme_results.py", file=sys.stderr)
+            continue
+        path.write_text(new)
+        print(f"{path}: {', '.join(changed) or 'nothing'} rewritten")
+    return 1 if stale else 0
+
+
+def _relative(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
+
+def _mark_task(d: dict) -> str:
+    """The task report's marks: ▲/▼ under the declared correction, △/▽ only under the other, = equivalent."""
+    if d.get("degenerate"):
+        return ""
+    declared = d.get("correction", "holm")
+    other = "significance_bh" if declared == "holm" else "significance_holm"
+    sig = {"better": "▲", "worse": "▼"}.get(d.get("significance", ""), "")
+    sig = sig or {"better": "△", "worse": "▽"}.get(d.get(other, ""), "")
+    return sig + ("=" if d.get("equivalent") else "")
+
+
+def _seeds_pct(summary: dict) -> str:
+    return " / ".join(f"{100 * x:.1f}".replace(".0", "") if x in (0.0, 1.0) else f"{100 * x:.1f}"
+                      for x in summary["per_seed"])
+
+
+def _diff_points(d: dict | None) -> str:
+    if d is None:
+        return "-"
+    if d.get("degenerate"):
+        return d["degenerate"]
+    lo, hi = d["ci"]
+    return f"{100 * d['difference']:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] {_mark_task(d)}".rstrip()
+
+
+#: the rows of the task study's known-result tables: (task, split, label)
+KNOWN_SPLITS = [("selective_copy", "test", "in distribution (16 blanks)"),
+                ("selective_copy", "test_ood_sparse", "OOD, 32 blanks"),
+                ("selective_copy", "test_ood_dense", "OOD, 8 blanks"),
+                ("counting", "test", "3-16 statements"),
+                ("counting", "test_ood", "OOD, 17-32 statements, the same answers"),
+                ("counting", "test_ood_value", "OOD, answers of 7 or more"),
+                ("flip_flop", "test", "FFL(0.8), in distribution"),
+                ("flip_flop", "test_ood_sparse", "OOD FFL(0.98), sparse"),
+                ("flip_flop", "test_ood_dense", "OOD FFL(0.1), dense")]
+
+
+def _known(metric: str, to_ref: str) -> str:
+    data = _load("tasks/tasks.json")
+    rows = []
+    for task, split, label in KNOWN_SPLITS:
+        entry = data["tasks"][task]
+        res = entry["results"]
+        if metric not in res.get("cope", {}).get(split, {}):
+            continue
+        cells = [f"{100 * res[e][split][metric]['mean']:.1f} ({_seeds_pct(res[e][split][metric])})"
+                 for e in ("learned", "rope", "cope")]
+        diff = _diff_points(res["cope"][split].get(to_ref, {}).get("rope"))
+        rows.append(f"| {task.replace('_', ' ')} ({entry['steps']:,}) | {label} | " + " | ".join(cells)
+                    + f" | {diff} |")
+    return "\n".join(rows)
+
+
+def tasks_known() -> str:
+    """The task study's known-result table: exact match per seed, CoPE minus RoPE with its verdict mark."""
+    head = ("| task (steps) | split | learned (absolute) | RoPE | CoPE | CoPE − RoPE (points, 95%) |\n"
+            "|---|---|---:|---:|---:|---:|\n")
+    return head + _known("exact_match", "vs") + "\n\nGenerated from [tasks.json](tasks.json) (`python " \
+        "scripts/readme_results.py`): mean of the seeds (each seed in brackets, %); ▲/▼ called under Holm, △/▽ " \
+        "under Benjamini-Hochberg only, = equivalent within ±2 points, nothing: not resolved.\n"
+
+
+def tasks_tokens() -> str:
+    """The same for answer-token accuracy (counting left out: its answers are one token, as exact match)."""
+    head = ("| task (steps) | split | learned | RoPE | CoPE | CoPE − RoPE |\n|---|---|---:|---:|---:|---:|\n")
+    rows = [line for line in _known("token_accuracy", "token_vs").split("\n") if not line.startswith("| counting")]
+    return head + "\n".join(rows) + "\n"
+
+
+def tasks_trajectory() -> str:
+    """Where trajectory stands on the tasks: its differences to RoPE, CoPE and ALiBi (exact match, points)."""
+    data = _load("tasks/tasks.json")
+    cols = [("trajectory_rope", "rope"), ("trajectory_rope_learnable", "rope"), ("trajectory_rope", "cope"),
+            ("trajectory_alibi", "alibi"), ("trajectory_alibi_learnable", "alibi")]
+    rows = ["| task | split | trajectory on RoPE − RoPE | learnable − RoPE | trajectory on RoPE − CoPE "
+            "| on ALiBi − ALiBi (fixed / learnable) |", "|---|---|---:|---:|---:|---:|"]
+    for task, split, label in KNOWN_SPLITS:
+        res = data["tasks"][task]["results"]
+        cells = []
+        for model, ref in cols:
+            d = res.get(model, {}).get(split, {}).get("vs", {}).get(ref)
+            cells.append(_diff_points(d))
+        rows.append(f"| {task.replace('_', ' ')} | {label} | {cells[0]} | {cells[1]} | {cells[2]} | "
+                    f"{cells[3]} / {cells[4]} |".replace("- / -", "-"))
+    strengths = {}
+    for s in data["training"]:
+        if "learned_strength" in s and s.get("steps") == data["tasks"][s["task"]]["steps"]:
+            strengths.setdefault((s["task"], s["name"]), []).append(s["learned_strength"])
+    words = "; ".join(f"{t.replace('_', ' ')}, {n.replace('_learnable', '').replace('_', ' on ')}: "
+                      f"{min(v):.3f}-{max(v):.3f}" for (t, n), v in sorted(strengths.items()))
+    return "\n".join(rows) + ("\n\nLearnable strength at the end of training (from 0.2, every seed, at the "
+                              f"task's reported budget): {words}.\n")
+
+
+METHOD_LABEL = {"stock": "stock (extrapolation)", "pi": "PI (`linear`)", "ntk": "static NTK (`ntk`)",
+                "dynamic": "dynamic NTK", "yarn": "YaRN", "content": "content-aware (`extend`)",
+                "content_yarn": "content-aware steps over YaRN"}
+
+
+def _mark_ext(c: dict | None) -> str:
+    if c is None:
+        return ""
+    v = c["verdict"]
+    eq = "=" if "; equivalent" in v or "yet equivalent" in v else ""
+    sig = "▲" if v.startswith("better") else "▼" if v.startswith("worse") else ""
+    return sig + eq or "?"
+
+
+def _ext_ppl(part: str) -> str:
+    data = _load("extension/study/study.json")
+    table = data["perplexity"][part]
+    factors = sorted(next(iter(table.values())), key=float)
+    T = data["config"]["data"]["block_size"]
+    by = {(c["model"], c["factor"]): c for c in data["comparisons"][part] if c["reference"] == "stock"}
+    best = {f: min(table[m][f]["all types"]["ppl"] for m in table) for f in factors}
+    rows = ["| method | " + " | ".join(f"{f}x ({int(f) * T:,} tokens)" for f in factors) + " |",
+            "|---|" + "---:|" * len(factors)]
+    for m, per_f in table.items():
+        cells = []
+        for f in factors:
+            p = per_f[f]["all types"]
+            value = f"**{p['ppl']:.2f}**" if p["ppl"] == best[f] else f"{p['ppl']:.2f}"
+            cells.append(f"{value} [{p['ci'][0]:.2f}, {p['ci'][1]:.2f}] {_mark_ext(by.get((m, f)))}".rstrip())
+        rows.append(f"| {METHOD_LABEL.get(m, m)} | " + " | ".join(cells) + " |")
+    return "\n".join(rows) + "\n"
+
+
+def extension_zero_shot() -> str:
+    """The extension study's zero-shot perplexity, every type pooled, marks against stock (declared correction)."""
+    return _ext_ppl("pretrain")
+
+
+def extension_finetuned() -> str:
+    return _ext_ppl("finetune")
+
+
+def extension_content() -> str:
+    """The content-aware extension against PI and YaRN, zero-shot and fine-tuned, under both corrections."""
+    data = _load("extension/study/study.json")
+    comps = data["comparisons"]
+    pairs = [tuple(p) for p in data["config"]["comparisons"]]
+    factors = sorted({c["factor"] for c in comps["pretrain"]}, key=float)
+    head = ("| comparison | " + " | ".join(f"zero-shot {f}x" for f in factors) + " | "
+            + " | ".join(f"fine-tuned {f}x" for f in factors) + " |")
+    rows = [head, "|---|" + "---:|" * (2 * len(factors))]
+    for m, r in pairs:
+        cells = []
+        for part in ("pretrain", "finetune"):
+            by = {c["factor"]: c for c in comps.get(part, []) if c["model"] == m and c["reference"] == r}
+            for f in factors:
+                c = by.get(f)
+                if c is None:
+                    cells.append("-")
+                    continue
+                holm = ("" if c["verdict_holm"] == c["verdict"]
+                        else f" (Holm {_mark_ext({'verdict': c['verdict_holm']})})")
+                cells.append(f"{c['value']:+.1f} [{c['ci'][0]:+.1f}, {c['ci'][1]:+.1f}] {_mark_ext(c)}{holm}")
+        rows.append(f"| {METHOD_LABEL.get(m, m)} vs {METHOD_LABEL.get(r, r)} | " + " | ".join(cells) + " |")
+    return "\n".join(rows) + "\n"
+
+
+def extension_published() -> str:
+    """The orderings the literature reports, read off the comparisons under the declared correction and Holm."""
+    data = _load("extension/study/study.json")
+    cfg = data["config"]
+    factors = sorted({c["factor"] for c in data["comparisons"]["pretrain"]}, key=float)
+    rows = ["| ordering (" + ", ".join(f"{f}x" for f in factors) + ") | " + cfg["correction"].upper().replace(
+        "BH", "Benjamini-Hochberg").replace("HOLM", "Holm") + " (declared) | Holm |", "|---|---|---|"]
+
+    def state(v: str) -> str:
+        if v.startswith("better"):
+            return "reproduced"
+        if v.startswith("worse"):
+            return "contradicted"
+        return "equivalent ±5%" if "; equivalent" in v else "not resolved"
+
+    for claim in cfg["published"]:
+        part = claim.get("part", "pretrain")
+        by = {c["factor"]: c for c in data["comparisons"].get(part, [])
+              if c["model"] == claim["model"] and c["reference"] == claim["reference"]}
+        declared = ", ".join(f"{state(by[f]['verdict'])} ({by[f]['value']:+.1f}%)" for f in factors if f in by)
+        holm = ", ".join(state(by[f]["verdict_holm"]) for f in factors if f in by)
+        rows.append(f"| {claim['claim']} | {declared} | {holm} |")
+    return "\n".join(rows) + "\n"
+
+
+def _long_context(rel: str, labels: dict[str, str]) -> str:
+    data = _load(rel)
+    models = data["models"]
+    first = next(iter(models.values()))
+    windows = [w["label"] for w in first["windows"]["all"]]
+    best = {i: min(m["windows"]["all"][i]["ppl"] for m in models.values()) for i in range(len(windows))}
+    trained = data["trained_length"]
+    names = []
+    for w in first["windows"]["all"]:
+        lo, hi = (int(round(x * trained / 1024)) for x in (w["low"], w["high"]))
+        names.append(f"{lo}k-{hi}k" if lo else f"0-{hi}k")
+    lengths = " / ".join(f"{p['length'] // 1024}k" for p in first["passkey"])
+    rows = ["| method (factor 2) | " + " | ".join(names) + f" | passkey {lengths} |",
+            "|---|" + "---:|" * len(windows) + ":---:|"]
+    for name, m in models.items():
+        cells = []
+        for i, w in enumerate(m["windows"]["all"]):
+            value = f"**{w['ppl']:.2f}**" if w["ppl"] == best[i] else f"{w['ppl']:.2f}"
+            cells.append(f"{value} [{w['ci'][0]:.2f}, {w['ci'][1]:.2f}]")
+        keys = " / ".join(f"{p['right']}/{p['trials']}" for p in m["passkey"])
+        rows.append(f"| {labels.get(name, name)} | " + " | ".join(cells) + f" | {keys} |")
+    docs = sum(len(v) for v in data["documents"].values())
+    return "\n".join(rows) + (f"\n\nIn brackets: the lowest and highest of the {docs} documents' values (a 95% "
+                              f"bootstrap over {docs} documents gives no more than that range); bold: the lowest "
+                              "perplexity of the window; passkey: right / trials, one trial per length.\n")
+
+
+REAL_LABELS = {"stock": "stock (no scaling)", "pi": "position interpolation (`linear`)", "ntk": "static NTK (`ntk`)",
+               "dynamic": "dynamic NTK (`dynamic`)", "yarn": "YaRN (`yarn`)",
+               "content": "content-aware (`trajectory`, `extend=2`, strength 0.5)",
+               "content_yarn": "content-aware steps over YaRN (`extend=1`, strength 0.5)"}
+
+
+def extension_real_16k() -> str:
+    return _long_context("extension/study/real/long_context.json", REAL_LABELS)
+
+
+def extension_real_12k() -> str:
+    return _long_context("extension/smollm2/long_context.json",
+                         {f"{k}_x2" if k != "stock" else k: v for k, v in REAL_LABELS.items()})
+
+
+def content_standing() -> str:
+    """Where trajectory on RoPE stands against RoPE, CoPE and ALiBi in the content study (re-judged)."""
+    data = _load("study/rejudged.json")
+    by = {(g["model"], g["reference"]): g["deltas"] for g in data["groups"]}
+    cols = [(("trajectory_rope", "rope"), "128"), (("trajectory_rope", "cope"), "128"),
+            (("trajectory_rope", "cope"), "512"), (("trajectory_rope", "alibi"), "128"),
+            (("trajectory_rope", "alibi"), "512")]
+    rows = ["| content type | vs RoPE (own base), 128 | vs CoPE, 128 | vs CoPE, 512 | vs ALiBi, 128 | vs ALiBi, 512 |",
+            "|---|---:|---:|---:|---:|---:|"]
+    for ctype in by[("trajectory_rope", "rope")]:
+        if ctype == "random_content":
+            continue
+        cells = []
+        for pair, length in cols:
+            d = by[pair][ctype][length]
+            mark = {"better": " ▲", "worse": " ▼"}.get(d.get("significance_bh", ""), "")
+            mark = {"better": " ▲▲", "worse": " ▼▼"}.get(d["significance"], mark)
+            digits = 1 if max(abs(d["ci"][0]), abs(d["ci"][1])) < 100 else 0
+            cells.append(f"{d['delta_pct']:+.{digits}f} [{d['ci'][0]:+.{digits}f}, {d['ci'][1]:+.{digits}f}]{mark}")
+        rows.append(f"| {ctype} | " + " | ".join(cells) + " |")
+    return "\n".join(rows) + ("\n\nGenerated from [study/rejudged.json](study/rejudged.json) (`python "
+                              "scripts/readme_results.py`): ▲/▼ better/worse at a 5% false discovery rate, ▲▲/▼▼ "
+                              "also under Holm.\n")
+
+
+#: the generated blocks of each file (relative to the repository root): README.md's, then the results' own
+FILES: dict[str, dict[str, Callable[[], str]]] = {
+    "README.md": TABLES,
+    "docs/results/README.md": {"content_standing": content_standing},
+    "docs/results/tasks/README.md": {"tasks_known": tasks_known, "tasks_tokens": tasks_tokens,
+                                     "tasks_trajectory": tasks_trajectory},
+    "docs/results/extension/README.md": {"extension_zero_shot": extension_zero_shot,
+                                         "extension_finetuned": extension_finetuned,
+                                         "extension_content": extension_content,
+                                         "extension_published": extension_published,
+                                         "extension_real_16k": extension_real_16k,
+                                         "extension_real_12k": extension_real_12k},
+}
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from hf_trajpe.study.loading import load_study_config
 from hf_trajpe.study.suites.content.rejudge import rejudge_markdown, rejudge_study
 
 
@@ -23,6 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--study-dir", default="docs/results/study",
                         help="folder with the study's study.json and report.json (default: %(default)s)")
     parser.add_argument("--out", default=None, help="where rejudged.md and rejudged.json go (default: --study-dir)")
+    parser.add_argument("--config", default="configs/study/default.yaml",
+                        help="the study's YAML, for its declared correction and analysis plan (default: %(default)s)")
     args = parser.parse_args(argv)
     study_dir = Path(args.study_dir)
     missing = [n for n in ("study.json", "report.json") if not (study_dir / n).is_file()]
@@ -31,7 +34,8 @@ def main(argv: list[str] | None = None) -> int:
                      "study (hf-trajpe study --config configs/study/default.yaml writes both)")
     out = Path(args.out or study_dir)
     out.mkdir(parents=True, exist_ok=True)
-    result = rejudge_study(study_dir)
+    plan = load_study_config(args.config)
+    result = rejudge_study(study_dir, plan.correction, plan.to_dict()["analysis"])
     command = "python " + " ".join(shlex.quote(a) for a in ["scripts/rejudge_content_study.py", *sys.argv[1:]])
     (out / "rejudged.json").write_text(json.dumps(result, indent=2) + "\n")
     (out / "rejudged.md").write_text(rejudge_markdown(result, command))

@@ -29,6 +29,18 @@ def test_every_result_table_equals_its_file():
     assert not changed, f"README.md differs from docs/results in {changed}: run python scripts/readme_results.py"
 
 
+@pytest.mark.parametrize("rel", ["docs/results/README.md", "docs/results/tasks/README.md",
+                                 "docs/results/extension/README.md"])
+def test_every_result_table_of_the_results_readmes_equals_its_file(rel):
+    """The results' own READMEs: their tables (and the figures in them) are generated from the JSON beside them."""
+    gen = _generator()
+    text = (ROOT / rel).read_text()
+    names = [m["name"] for m in gen.MARKER.finditer(text)]
+    assert sorted(names) == sorted(gen.FILES[rel]), f"{rel}: each renderer has one block and each block a renderer"
+    _, changed = gen.render(text, gen.FILES[rel])
+    assert not changed, f"{rel} differs from docs/results in {changed}: run python scripts/readme_results.py"
+
+
 def test_a_table_that_drifts_from_its_file_is_found(tmp_path):
     gen = _generator()
     text = README.read_text()

@@ -151,7 +151,7 @@ def accuracy_intervals(values, n_resamples: int = 2000, level: float = 0.95, see
     ones = np.ones((1, n)) if ex_w is None else ex_w[None, :]
     out["ci_seeds"] = (percentile_interval(_rates(v, np.repeat(ones, n_resamples, 0), picks), level)
                        if s > 1 else None)
-    inference = seed_interval(out["mean"], per_seed, float(by_examples.std(ddof=1)), level)
+    inference = seed_interval(out["mean"], per_seed, float(by_examples.std(ddof=1)), level, bounds=(0.0, 1.0))
     out["ci"], out["method"] = _clip(inference["ci"], 0.0), inference["method"]
     return out
 
@@ -170,8 +170,9 @@ def paired_difference(base, other, n_resamples: int = 2000, level: float = 0.95,
     from the same weights and data) plus the spread over examples (paired: the same examples for both),
     :mod:`.seed_inference`, cut to [-1, 1]; ``p_value`` its two-sided p-value, ``se`` and ``df`` (for corrections across
     comparisons and equivalence tests, :func:`~hf_trajpe.evaluation.verdicts.judge_family`); ``ci_examples``
-    examples only; ``ci_equivalence``: the ``2 level - 1`` interval; ``degenerate`` (``both at floor``/``both at
-    ceiling``) when neither model varies, where no verdict can be drawn."""
+    examples only; ``ci_equivalence``: the ``2 level - 1`` interval; ``zero_spread``: every seed gave the same
+    difference, so the exact sign-flip bound replaced t (never certainty, never equivalence); ``degenerate``
+    (``both at floor``/``both at ceiling``) when neither model varies, where no verdict can be drawn."""
     b = np.atleast_2d(np.asarray(base, dtype=np.float64))
     o = np.atleast_2d(np.asarray(other, dtype=np.float64))
     if b.shape[1] != o.shape[1]:
@@ -186,11 +187,12 @@ def paired_difference(base, other, n_resamples: int = 2000, level: float = 0.95,
            "ci_examples": percentile_interval(examples, level), "equivalence_level": 2 * level - 1}
     example_sd = float(examples.std(ddof=1))
     if b.shape[0] == o.shape[0]:  # the same seeds: same initial weights and batches, paired seed by seed
-        inference = seed_interval(difference, per_o - per_b, example_sd, level)
+        inference = seed_interval(difference, per_o - per_b, example_sd, level, bounds=(-1.0, 1.0))
     else:
-        inference = seed_interval(difference, per_o, example_sd, level, per_seed_other=per_b)
+        inference = seed_interval(difference, per_o, example_sd, level, per_seed_other=per_b, bounds=(-1.0, 1.0))
     out.update(ci=_clip(inference["ci"], -1.0), ci_equivalence=_clip(inference["ci_equivalence"], -1.0),
-               p_value=inference["p_value"], se=inference["se"], df=inference["df"], method=inference["method"])
+               p_value=inference["p_value"], se=inference["se"], df=inference["df"], method=inference["method"],
+               zero_spread=inference["zero_spread"])
     for value, label in ((0.0, "both at floor"), (1.0, "both at ceiling")):
         if bool((b == value).all() and (o == value).all()):
             out["degenerate"] = label  # no comparison can be made: neither model varies

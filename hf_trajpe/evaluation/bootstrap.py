@@ -26,7 +26,10 @@ import numpy as np
 from .metrics import get_metric
 from .seed_inference import seed_interval
 
-__all__ = ["bootstrap_ci", "delta_pct", "delta_with_intervals", "percentile_interval"]
+__all__ = ["DELTA_BOUNDS", "bootstrap_ci", "delta_pct", "delta_with_intervals", "percentile_interval"]
+
+#: what a delta of perplexity in percent can be: at most +100 (perplexity 0), unbounded below
+DELTA_BOUNDS = (-float("inf"), 100.0)
 
 
 def percentile_interval(samples, level: float = 0.95) -> tuple[float, float]:
@@ -103,11 +106,12 @@ def delta_with_intervals(base_nll, base_count, enc_nll, enc_count, n_resamples: 
     out["ci_bootstrap"] = percentile_interval(draw(True, True, n_resamples), level) if several else None
     sequence_sd = float(sequences.std(ddof=1))
     if bn.shape[0] == en.shape[0]:  # seed k of both models: the same initial weights and batches
-        inference = seed_interval(delta, delta_pct(seeds_b, seeds_e), sequence_sd, level)
+        inference = seed_interval(delta, delta_pct(seeds_b, seeds_e), sequence_sd, level, bounds=DELTA_BOUNDS)
     else:  # each model's seed spread, the other held at its mean
         inference = seed_interval(delta, delta_pct(ppl_b, seeds_e), sequence_sd, level,
-                                  per_seed_other=delta_pct(seeds_b, ppl_e))
+                                  per_seed_other=delta_pct(seeds_b, ppl_e), bounds=DELTA_BOUNDS)
     out["equivalence_level"] = 2 * level - 1
     out.update(ci=inference["ci"], ci_equivalence=inference["ci_equivalence"], p_value=inference["p_value"],
-               se=inference["se"], df=inference["df"], method=inference["method"])
+               se=inference["se"], df=inference["df"], method=inference["method"],
+               zero_spread=inference["zero_spread"])
     return out

@@ -231,10 +231,11 @@ def evaluate_models(models: Mapping[str, object], baseline: str | None = None, c
 
 
 def judge_deltas(comparisons: list[tuple[str, str, dict]], margin: float, level: float = 0.95,
-                 unseen: int = 0) -> int:
-    """Holm across every delta of ``comparisons`` (``(model, reference, {type: {length: delta}})``, the
-    comparisons one report shows; :func:`~hf_trajpe.evaluation.verdicts.judge_family`): each delta's
-    ``significance``, ``equivalent`` and ``verdict`` then come from Holm-adjusted p-values (a comparison shown
+                 correction: str = "holm", unseen: int = 0) -> int:
+    """The declared ``correction`` (Holm's by default, or ``bh``) across every delta of ``comparisons``
+    (``(model, reference, {type: {length: delta}})``, the comparisons one report shows;
+    :func:`~hf_trajpe.evaluation.verdicts.judge_family`): each delta's
+    ``significance``, ``equivalent`` and ``verdict`` then come from adjusted p-values (a comparison shown
     twice counts once). On ``random_content`` an improvement whose own interval excludes 0 stays flagged
     (``HARNESS_PROBLEM``), unadjusted: an alarm must not go deaf because the report has many rows.
     ``unseen``: comparisons of the family left out of ``comparisons`` (:func:`~.seed_inference.holm`).
@@ -245,7 +246,8 @@ def judge_deltas(comparisons: list[tuple[str, str, dict]], margin: float, level:
             for length, d in per_len.items():
                 family.append(d)
                 keys[id(d)] = (model, ref, t, length)
-    n = judge_family(family, "delta_pct", margin, level, key=lambda d: keys[id(d)], unseen=unseen)
+    n = judge_family(family, "delta_pct", margin, level, key=lambda d: keys[id(d)], unseen=unseen,
+                     correction=correction)
     for d in family:
         if keys[id(d)][2] == CONTROL_TYPE and d["ci"][0] > 0:
             d["verdict"] = HARNESS_PROBLEM

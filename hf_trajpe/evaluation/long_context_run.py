@@ -124,10 +124,13 @@ def write_long_context_report(result: dict, out: str | Path) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     names = list(result["models"])
     first = result["models"][names[0]]["windows"]["all"]
+    n_docs = sum(len(v) for v in result["documents"].values())
+    few = (f"; with {n_docs} documents the bootstrap gives the range of their values, not an interval"
+           if n_docs < 5 else "")
     lines = ["# Long context: perplexity by position, passkey retrieval\n",
              f"{result['length']} tokens per document; trained length {result['trained_length']}; windows in "
-             "multiples of it; perplexity of the tokens in each window, 95% bootstrap interval over documents "
-             f"({', '.join(f'{k}: {len(v)}' for k, v in result['documents'].items())}). CPU "
+             "multiples of it; perplexity of the tokens in each window, 95% bootstrap over documents "
+             f"({', '.join(f'{k}: {len(v)}' for k, v in result['documents'].items())}{few}). CPU "
              f"{result['cpu_seconds']:.0f} s"
              + (f"; read in {result['precision']['dtype']} ({result['precision']['reason']})" if "precision" in result
                 else "") + ".\n"]

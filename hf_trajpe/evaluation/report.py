@@ -52,14 +52,16 @@ def p_text(p: float | None) -> str:
     return "<1e-4" if p < 1e-4 else f"{p:.3g}"
 
 
-def legend(margin: float, unit: str = "%", family: int | None = None) -> str:
-    """The marks in words; ``family``: the number of comparisons the report's verdicts were adjusted across."""
+def legend(margin: float, unit: str = "%", family: int | None = None, correction: str = "holm") -> str:
+    """The marks in words; ``family``: the number of comparisons the report's verdicts were adjusted across
+    (by ``correction``: ``holm`` or ``bh``)."""
     if family is None:
         return (f"▲ significantly better, ▼ significantly worse (95% interval excludes 0); = equivalent within "
                 f"±{margin:g}{unit} (two one-sided tests at 5%: the 90% interval lies inside ±{margin:g}{unit}); "
                 "? no significant difference and not shown equivalent (the data cannot tell)")
     return (f"▲ significantly better, ▼ significantly worse, = equivalent within ±{margin:g}{unit} (two one-sided "
-            f"tests), each at 5% after Holm's adjustment across the {family} comparison{'s' if family != 1 else ''} "
+            f"tests), each at 5% after {'Holm' if correction == 'holm' else 'Benjamini-Hochberg'}'s adjustment "
+            f"across the {family} comparison{'s' if family != 1 else ''} "
             "of this report; ? none of these (the data cannot tell). The intervals are per comparison: one can "
             "exclude 0 without ▲/▼")
 

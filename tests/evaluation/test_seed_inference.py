@@ -7,7 +7,15 @@ import numpy as np
 import pytest
 
 from hf_trajpe.evaluation.answers import accuracy_intervals, paired_difference
-from hf_trajpe.evaluation.seed_inference import benjamini_hochberg, holm, seed_interval, t_ppf, t_sf
+from hf_trajpe.evaluation.seed_inference import (
+    benjamini_hochberg,
+    holm,
+    seed_interval,
+    sign_flip_p,
+    t_ppf,
+    t_sf,
+    tost_p_value,
+)
 from hf_trajpe.evaluation.verdicts import significance
 
 
@@ -104,3 +112,28 @@ def test_accuracy_intervals_widen_with_the_seed_spread():
     a, b = accuracy_intervals(tight, n_resamples=200), accuracy_intervals(loose, n_resamples=200)
     assert a["method"].startswith("t over 3 seeds")
     assert (b["ci"][1] - b["ci"][0]) > (a["ci"][1] - a["ci"][0])
+
+
+def test_the_sign_flip_bound_on_worked_examples():
+    """Paired: 2^S sign patterns, the share at least as far from 0 as the data; all of one sign: 2 / 2^S.
+    Unpaired: every relabelling of the pooled seeds; two constant groups of 3: 2 of C(6, 3) = 20."""
+    assert sign_flip_p([1.0, 1.0, 1.0]) == pytest.approx(0.25)
+    assert sign_flip_p([1.0, 2.0, 3.0, 4.0, 5.0]) == pytest.approx(2 / 32)
+    assert sign_flip_p([1.0, -1.0]) == 1.0
+    # [3, 1, -1], |mean| 1: the signs (+,+,+) 1, (+,+,-) 5/3, (+,-,-) 1 and their negations reach it; (+,-,+) 1/3
+    # and its negation do not: 6 of 8
+    assert sign_flip_p([3.0, 1.0, -1.0]) == pytest.approx(6 / 8)
+    assert sign_flip_p([1.0, 1.0, 1.0], [0.0, 0.0, 0.0]) == pytest.approx(0.1)
+
+
+def test_zero_spread_takes_the_exact_bound_and_widens_to_what_it_cannot_reject():
+    three = seed_interval(0.4, [0.4, 0.4, 0.4], example_sd=0.01, bounds=(-1.0, 1.0))
+    assert three["zero_spread"] and three["p_value"] == pytest.approx(0.25) and three["ci"] == (-1.0, 1.0)
+    assert three["ci_equivalence"] == (-1.0, 1.0)
+    # six seeds all alike: the exact bound (2/64) rejects every other value; the examples still spread it
+    six = seed_interval(0.4, [0.4] * 6, example_sd=0.01, bounds=(-1.0, 1.0))
+    assert six["p_value"] == pytest.approx(2 / 64)
+    assert six["ci"] == pytest.approx((0.4 - 1.959964 * 0.01, 0.4 + 1.959964 * 0.01), rel=1e-5)
+    unbounded = seed_interval(2.0, [2.0, 2.0, 2.0], example_sd=0.0)
+    assert unbounded["ci"] == (-float("inf"), float("inf"))
+    assert tost_p_value(0.0, 0.0, 2.0, 2.0) == 1.0

@@ -93,9 +93,9 @@ def test_three_seeds_of_a_hand_made_data_set_give_the_t_interval_computed_by_han
     assert significance(tuple(100 * x for x in d["ci"])) == "no significant difference"
     acc = accuracy_intervals(other, n_resamples=300)
     assert acc["ci_seeds"] == (0.25, 1.0) and acc["ci"] == (0.0, 1.0)  # the same t interval, cut to [0, 1]
-    # one seed: no seed part; the normal interval of the example bootstrap, none here (all four examples alike)
+    # one seed whose four examples all agree: nothing varies, so nothing bounds the difference (not p = 0)
     same = paired_difference(base[:1], other[:1], n_resamples=100)
-    assert same["ci"] == (1.0, 1.0) and same["p_value"] == 0.0
+    assert same["ci"] == (-1.0, 1.0) and same["p_value"] == 1.0 and same["zero_spread"]
 
 
 def test_token_accuracy_weights_each_example_by_its_answer_tokens():
@@ -142,12 +142,54 @@ def test_equivalence_is_two_one_sided_t_tests_adjusted_like_the_differences():
 
 
 def test_a_difference_within_floating_point_noise_of_zero_is_never_better():
-    """0/1 scores summed in float64 leave differences like 2.7e-17 where the exact one is 0; with no spread
-    at all the t test gives p = 0, and the tolerance keeps it from being called a difference."""
-    family = [_comparison(2.7e-17, 0.0, se=0.0), _comparison(0.3, 0.001)]
+    """0/1 scores summed in float64 leave differences like 2.7e-17 where the exact one is 0: the tolerance keeps
+    a small p-value from calling it a difference."""
+    family = [_comparison(2.7e-17, 0.001), _comparison(0.3, 0.001)]
     judge_family(family, "difference", margin=2.0)
-    assert family[0]["significance"] == "no significant difference" and family[0]["equivalent"]
+    assert family[0]["significance"] == "no significant difference"
     assert family[1]["significance"] == "better"
+
+
+def test_seeds_that_all_agree_give_neither_certainty_nor_equivalence():
+    """100/100/100 against 0/0/0: t would say se = 0, p = 0 and the interval [+100, +100]; the seed variance is
+    unknown, not zero, so the exact sign-flip bound is used (2 / 2^3 = 0.25) and the interval is what it cannot
+    reject: every difference accuracies can have. A difference of 0 with no spread is not "equivalent"."""
+    zeros, ones = np.zeros((3, 50)), np.ones((3, 50))
+    d = paired_difference(zeros, ones, n_resamples=100)
+    assert d["zero_spread"] and d["p_value"] == pytest.approx(0.25) and d["ci"] == (-1.0, 1.0)
+    assert d["method"].startswith("exact sign-flip bound over 3 seeds")
+    judge_family([d], "difference", margin=2.0, unit=" points", scale=100.0)
+    assert d["significance"] == "no significant difference" and not d["equivalent"]
+    assert d["p_equivalence"] == 1.0
+    same = paired_difference(np.tile([[1.0, 0.0]], (3, 25)), np.tile([[1.0, 0.0]], (3, 25)), n_resamples=100)
+    judge_family([same], "difference", margin=2.0, unit=" points", scale=100.0)
+    assert same["zero_spread"] and same["difference"] == 0.0 and not same["equivalent"]
+    assert same["verdict"] == "no significant difference; not shown equivalent within ±2 points"
+
+
+def test_a_zero_variance_comparison_handed_in_is_never_equivalent():
+    family = [_comparison(0.0, 1.0, se=0.0)]
+    judge_family(family, "difference", margin=2.0)
+    assert not family[0]["equivalent"] and family[0]["p_equivalence"] == 1.0
+
+
+def test_the_declared_correction_decides_and_the_other_is_kept_beside():
+    """Raw p 0.01, 0.02, 0.03, 0.04: Holm gives 0.04, 0.06, 0.06, 0.06 (one call); Benjamini-Hochberg 0.04 for
+    all four (four calls). Declared bh: the verdicts are BH's, Holm's beside them."""
+    def family():
+        return [_comparison(v, p) for v, p in ((2.0, 0.01), (1.5, 0.02), (1.2, 0.03), (1.1, 0.04))]
+
+    holm_first = family()
+    judge_family(holm_first, "difference", margin=2.0)
+    assert [d["significance"] for d in holm_first] == ["better"] + ["no significant difference"] * 3
+    assert all(d["significance_bh"] == "better" for d in holm_first)
+    bh_first = family()
+    judge_family(bh_first, "difference", margin=2.0, correction="bh")
+    assert all(d["significance"] == "better" and d["correction"] == "bh" for d in bh_first)
+    assert [d["significance_holm"] for d in bh_first] == ["better"] + ["no significant difference"] * 3
+    assert bh_first[0]["p_equivalence_bh"] >= bh_first[0]["p_equivalence"]
+    with pytest.raises(ValueError, match="correction must be one of"):
+        judge_family(family(), "difference", margin=2.0, correction="bonferroni")
 
 
 def test_both_at_floor_is_no_test_and_leaves_the_family():

@@ -76,7 +76,23 @@ def test_holm_takes_away_a_difference_that_one_comparison_alone_would_have():
     assert alone["verdict"] == "better"
     adjust([clear, *marginal])  # Holm: the two marginal p-values are the 2nd and 3rd smallest of 3: times 2
     assert clear["verdict"] == "better" and marginal[0]["p_adjusted"] == pytest.approx(2 * p)
-    assert all(m["verdict"].startswith("no significant difference after Holm") for m in marginal)
+    assert all(m["verdict"].startswith("no significant difference") and m["correction"] == "Holm" for m in marginal)
+    assert all(m["verdict_bh"] == "better" for m in marginal)  # Benjamini-Hochberg, kept beside: p stays p
+
+
+def test_the_equivalence_tests_take_the_same_correction_as_the_differences():
+    """Two comparisons, each equivalent within ±5% on its own (TOST p 0.03): Holm doubles both to 0.06, so
+    neither is equivalent; Benjamini-Hochberg leaves them at 0.03."""
+    def pair():
+        return [{"value": 0.1, "p_value": 0.9, "p_equivalence": 0.03, "margin": 5.0} for _ in range(2)]
+
+    holm_first, bh_first = pair(), pair()
+    adjust(holm_first, correction="holm")
+    adjust(bh_first, correction="bh")
+    assert all(c["p_equivalence_holm"] == pytest.approx(0.06) for c in holm_first)
+    assert all(c["verdict"] == "no significant difference; not shown equivalent within ±5%" for c in holm_first)
+    assert all(c["verdict"] == "no significant difference; equivalent within ±5%" for c in bh_first)
+    assert all(c["verdict_holm"] == holm_first[0]["verdict"] for c in bh_first)
 
 
 def _tiny_llama(positions: int = 16):

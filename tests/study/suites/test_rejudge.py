@@ -4,6 +4,8 @@ now, a mismatch of per-seed values is refused, and comparisons without per-seed 
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -70,3 +72,50 @@ def test_a_study_is_rejudged_with_its_unseen_comparisons_counted(tmp_path):
     assert rope_d["delta_pct"] == pytest.approx(50.0, abs=1.0) and rope_d["significance_bh"] == "better"
     md = rejudge_markdown(result)
     assert "| code | 128 | +" in md and "1 strength-sweep comparisons" in md
+
+
+RESULTS = Path(__file__).resolve().parents[3] / "docs" / "results"
+CONFIGS = Path(__file__).resolve().parents[3] / "configs" / "study"
+
+
+@pytest.mark.parametrize("report", ["tasks", "tasks/cope_scale"])
+def test_the_published_task_reports_are_what_their_json_gives_again(report, tmp_path):
+    """Re-judging a published (already re-judged) task study from its JSON changes nothing: the verdicts in the
+    JSON and every line of tasks.md come back as published."""
+    from hf_trajpe.study.suites.tasks.rejudge import rejudge_task_report
+
+    for name in ("tasks.json", "tasks.md"):
+        shutil.copy(RESULTS / report / name, tmp_path / name)
+    command = "python scripts/rejudge_task_study.py"
+    if report != "tasks":
+        command += f" --report-dir docs/results/{report}"
+    assert rejudge_task_report(tmp_path, CONFIGS / "tasks.yaml", command) == []
+    assert (tmp_path / "tasks.md").read_text() == (RESULTS / report / "tasks.md").read_text()
+    published = json.loads((RESULTS / report / "tasks.json").read_text())
+    assert json.loads((tmp_path / "tasks.json").read_text())["tasks"] == published["tasks"]
+
+
+@pytest.mark.slow  # about 5 CPU seconds: every comparison of every content type is made again
+def test_the_published_extension_report_is_what_its_json_gives_again(tmp_path):
+    """`python -m pytest -m slow tests/study/suites/test_rejudge.py`: the published study.md is what
+    scripts/rerender_extension_study.py writes from study.json, and no verdict changes."""
+    from hf_trajpe.study.suites.extension.rerender import rerender_extension_report
+
+    shutil.copytree(RESULTS / "extension" / "study", tmp_path / "study")
+    assert rerender_extension_report(tmp_path / "study", CONFIGS / "extension.yaml") == []
+    assert (tmp_path / "study" / "study.md").read_text() == (RESULTS / "extension" / "study" / "study.md").read_text()
+
+
+def test_a_task_study_whose_seeds_all_agree_loses_its_certainty_when_re_judged(tmp_path):
+    """The pilot's older JSON: every seed at 100% against 0% was "better" on a zero-width interval; the legacy
+    re-judging replaces it with the sign-flip bound and lists the change at the top of tasks.md."""
+    from hf_trajpe.study.suites.tasks.rejudge import rejudge_legacy_report
+
+    for name in ("tasks.json", "tasks.md"):
+        shutil.copy(RESULTS / "tasks_pilot" / name, tmp_path / name)
+    rejudge_legacy_report(tmp_path, "python scripts/rejudge_task_study.py --report-dir docs/results/tasks_pilot "
+                                    "--legacy")
+    assert (tmp_path / "tasks.md").read_text() == (RESULTS / "tasks_pilot" / "tasks.md").read_text()
+    d = json.loads((tmp_path / "tasks.json").read_text())["tasks"]["selective_copy"]["results"]["cope"]["test"]
+    assert d["vs_baseline"]["earlier_verdict"] == "better" and d["vs_baseline"]["p_value"] == pytest.approx(0.25)
+    assert d["vs_baseline"]["ci"] == [-1.0, 1.0] and d["exact_match"]["ci"] == [0.0, 1.0]

@@ -294,7 +294,7 @@ def test_a_report_does_not_call_better_what_only_its_raw_p_value_calls_better(tm
     assert table_rows and not any("▲" in line for line in table_rows)
     # six equal p-values: Benjamini-Hochberg leaves each at 0.035, a call at a 5% false discovery rate only
     assert "| `rope` | +11.0 [+1.8, +20.2] △ |" in md and d["p_bh"] == pytest.approx(d["p_value"])
-    assert d["significance_bh"] == "better" and "△/▽ better/worse at a 5% false discovery rate" in md
+    assert d["significance_bh"] == "better" and "△/▽ better/worse under the other correction" in md
     assert "| exact match | test | `rope` − baseline | +11.0 | [1.8, 20.2] | 0.03" in md and "| 0.21" in md
     assert "61.0 [" in md and "<br>per seed 61.0 / 62.0 / 60.0<br>" in md  # RoPE's seeds, each one shown
 

@@ -22,6 +22,7 @@ from ...config import (
     patch_options,
     patch_value,
 )
+from ...plan import AnalysisPlan, check_correction
 
 __all__ = ["StudyConfig", "StudyData", "StudyEval", "StudySweep"]
 
@@ -68,10 +69,13 @@ class StudyConfig(TrainedStudyConfig):
     equivalence_margin: float = 2.0
     #: [model, reference] pairs compared besides the baseline and trajectory_pairs (trajectory against CoPE)
     comparisons: list[list[str]] = field(default_factory=list)
+    correction: str = "holm"  # across the report's comparisons: holm or bh (the other is shown beside)
+    analysis: AnalysisPlan = field(default_factory=AnalysisPlan)  # the family in words, changes after a look
 
     ORDER: ClassVar[tuple[str, ...]] = (
         "name", "model", "encodings", "baseline", "seeds", "output_dir", "report_dir", "tokenizer", "workers",
-        "data", "train", "eval", "sweep", "trajectory_pairs", "equivalence_margin", "quick", "comparisons")
+        "data", "train", "eval", "sweep", "trajectory_pairs", "equivalence_margin", "quick", "comparisons",
+        "correction", "analysis")
 
     def validate(self) -> StudyConfig:
         from ....patching import PatchConfig
@@ -94,6 +98,8 @@ class StudyConfig(TrainedStudyConfig):
         check_training_sections(self)
         check_layers_on_model(self.model, self.encodings)
         check_margin(self.equivalence_margin)
+        check_correction(self.correction)
+        self.analysis.check()
         if not 0 < self.eval.calibrated_mass <= 1:
             raise ConfigError(f"eval.calibrated_mass must be in (0, 1], got {self.eval.calibrated_mass}")
         if self.eval.n_resamples < 1 or not 0 < self.eval.level < 1 or self.eval.batch_size < 1:

@@ -19,10 +19,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ....evaluation.bootstrap import delta_pct
+from ....evaluation.bootstrap import DELTA_BOUNDS, delta_pct
+from ....evaluation.claims import CLAIMED_IMPROVEMENT, CONTROL_TYPE
 from ....evaluation.claims import verdict as claim_verdict
 from ....evaluation.evaluate_models import judge_deltas
 from ....evaluation.seed_inference import seed_interval, t_ppf
+from ...plan import AnalysisPlan, plan_lines
 
 __all__ = ["rejudge_delta", "rejudge_study", "rejudge_markdown", "SEQUENCE_SD_NOTE"]
 
@@ -43,13 +45,14 @@ def rejudge_delta(d: dict, base_seeds: list[float], enc_seeds: list[float], leve
         raise ValueError(f"the per-seed perplexities give a delta of {delta:.6f}%, the published one is "
                          f"{d['delta_pct']:.6f}%: they are not the same models")
     if pb.size == pe.size:
-        iv = seed_interval(delta, delta_pct(pb, pe), sequence_sd, level)
+        iv = seed_interval(delta, delta_pct(pb, pe), sequence_sd, level, bounds=DELTA_BOUNDS)
     else:
         iv = seed_interval(delta, delta_pct(pb.mean(), pe), sequence_sd, level,
-                           per_seed_other=delta_pct(pb, pe.mean()))
+                           per_seed_other=delta_pct(pb, pe.mean()), bounds=DELTA_BOUNDS)
     out.update(published_verdict=d.get("verdict"), published_ci=d.get("ci"), ci=iv["ci"],
                ci_equivalence=iv["ci_equivalence"], p_value=iv["p_value"], se=iv["se"], df=iv["df"],
-               method=f"{iv['method']} ({SEQUENCE_SD_NOTE})", sequence_sd=sequence_sd)
+               method=f"{iv['method']} ({SEQUENCE_SD_NOTE})", sequence_sd=sequence_sd,
+               zero_spread=iv["zero_spread"])
     if "claim_verdict" in d:
         out["published_claim_verdict"] = d["claim_verdict"]
     return out
@@ -61,10 +64,11 @@ def _per_seed(report: dict, name: str, ctype: str, length: str) -> list[float] |
     return [s["perplexity"] for s in seeds] if seeds else None
 
 
-def rejudge_study(study_dir: str | Path) -> dict:
-    """Every comparison of the content study in ``study_dir`` (``study.json``, ``report.json``) re-judged:
+def rejudge_study(study_dir: str | Path, correction: str = "holm", analysis: dict | None = None) -> dict:
+    """Every comparison of the content study in ``study_dir`` (``study.json``, ``report.json``) re-judged with
+    the declared ``correction`` (``analysis``: the plan's family and changes, as the study YAML declares them):
     ``{"groups": [{model, reference, kind, deltas: {type: {length: delta}}}], "family_size", "unseen",
-    "margin", "level"}``."""
+    "margin", "level", "seeds", "correction", "analysis"}``."""
     study_dir = Path(study_dir)
     study = json.loads((study_dir / "study.json").read_text())
     report = json.loads((study_dir / "report.json").read_text())
@@ -102,14 +106,49 @@ def rejudge_study(study_dir: str | Path) -> dict:
             shown.update((model, ref, c, L) for c, per_l in done.items() for L in per_l)
             compared.append((model, ref, done))
             out_groups.append({"model": model, "reference": ref, "kind": kind, "deltas": done})
-    family = judge_deltas(compared, margin, level, unseen=unseen)  # Holm, and the false discovery rate beside it
+    family = judge_deltas(compared, margin, level, correction=correction, unseen=unseen)  # the other one beside
     for g in out_groups:
         if g["kind"] == "trajectory against its base":
             for ctype, per_len in g["deltas"].items():
                 for d in per_len.values():
                     d["claim_verdict"] = claim_verdict(tuple(d["ci"]), ctype)
+                    if ctype != CONTROL_TYPE and ctype in CLAIMED_IMPROVEMENT:
+                        low = CLAIMED_IMPROVEMENT[ctype][0]  # ruled out: the interval's upper end below the claim
+                        d["claim_ruled_out"] = bool(d["ci"][1] < low)
+                        d["published_claim_ruled_out"] = bool(d["published_ci"] and d["published_ci"][1] < low)
     return {"groups": out_groups, "family_size": family, "unseen": unseen, "margin": margin, "level": level,
-            "baseline": baseline, "source": str(study_dir)}
+            "baseline": baseline, "source": str(study_dir), "seeds": study["meta"].get("config", {}).get("seeds"),
+            "correction": correction, "analysis": analysis or {"family": "", "changes": []}}
+
+
+def ruled_out_counts(group: dict) -> dict[str, tuple[int, int, int]]:
+    """``{length: (ruled out now, ruled out by the published interval, types with a claim)}`` of one trajectory
+    group: the claimed improvement is ruled out where the 95% interval's upper end lies below its minimum."""
+    out: dict[str, list[int]] = {}
+    for per_len in group["deltas"].values():
+        for length, d in per_len.items():
+            if "claim_ruled_out" in d:
+                n = out.setdefault(length, [0, 0, 0])
+                n[0] += d["claim_ruled_out"]
+                n[1] += d["published_claim_ruled_out"]
+                n[2] += 1
+    return {k: (v[0], v[1], v[2]) for k, v in out.items()}
+
+
+def _ruled_out_lines(groups: list[dict]) -> list[str]:
+    rows = [(g, ruled_out_counts(g)) for g in groups if g["kind"] == "trajectory against its base"]
+    if not rows:
+        return []
+    lengths = sorted({n for _, c in rows for n in c}, key=int)
+    lines = ["## The claimed improvements", "",
+             "Content types (of those with a claimed range) where the claimed improvement of trajectory over its "
+             "base is ruled out: the 95% interval's upper end below the claimed minimum, now (published interval "
+             "in parentheses).", "",
+             "| comparison | " + " | ".join(f"{n} tokens" for n in lengths) + " |", "|---|" + "---:|" * len(lengths)]
+    for g, c in rows:
+        cells = [f"{c[n][0]} of {c[n][2]} ({c[n][1]})" if n in c else "-" for n in lengths]
+        lines.append(f"| `{g['model']}` vs `{g['reference']}` | " + " | ".join(cells) + " |")
+    return lines + [""]
 
 
 def _short(verdict: str | None) -> str:
@@ -135,7 +174,11 @@ def rejudge_markdown(result: dict, command: str | None = None) -> str:
              "Benjamini-Hochberg adjusted p-value over the same family and what a 5% false discovery rate calls "
              "(`FDR 5%`). Deltas in % of perplexity, positive = the model is better than the reference.",
              "",
-             f"Command: `{command}`" if command else "", "", "## What changed", "",
+             f"Command: `{command}`" if command else "", ""]
+    if result.get("seeds"):
+        lines += plan_lines(result["seeds"], result["margin"], "%", result.get("correction", "holm"),
+                            AnalysisPlan(**result.get("analysis", {})), result["family_size"])
+    lines += ["## What changed", "",
              "| comparisons | published verdict | now (Holm) | now at FDR 5% | count |", "|---|---|---|---|---:|"]
     counts: dict = {}
     for g in groups:
@@ -144,7 +187,7 @@ def rejudge_markdown(result: dict, command: str | None = None) -> str:
                 k = (g["kind"], _short(d["published_verdict"]), _short(d["verdict"]), d["significance_bh"])
                 counts[k] = counts.get(k, 0) + 1
     lines += [f"| {a} | {b} | {c} | {e} | {n} |" for (a, b, c, e), n in sorted(counts.items())]
-    lines += ["", "## Every comparison", ""]
+    lines += ["", *_ruled_out_lines(groups), "## Every comparison", ""]
     for g in groups:
         lines += [f"### `{g['model']}` against `{g['reference']}` ({g['kind']})", "",
                   "| type | length | delta % | published 95% | now 95% | p | p Holm | p BH | published | now (Holm) "

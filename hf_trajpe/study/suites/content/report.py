@@ -121,7 +121,7 @@ def write_study_report(cfg: StudyConfig, result: EvaluationResult, summaries: li
     compared += [(m, v["base"], v["deltas"]) for m, v in effect.items()]
     compared += [(v["model"], v["reference"], v["deltas"]) for v in pairs.values()]
     swept = [(sweep_map[s], sweep_map[0.0], d) for s, d in (per.items() if sweep_map else []) if d]
-    family = judge_deltas(compared + swept, margin, level)  # Holm across every comparison the study shows
+    family = judge_deltas(compared + swept, margin, level, correction=cfg.correction)  # across every comparison shown
     if sweep_map:
         for ctype in types:
             best[ctype] = {str(length): best_strength({s: sweep[ctype][s][length] for s in sweep_map if s != 0.0},

@@ -15,6 +15,7 @@ from __future__ import annotations
 from ....evaluation.claims import CLAIMED_IMPROVEMENT, CONTROL_TYPE
 from ....evaluation.report import cell, legend
 from ....evaluation.verdicts import BETTER, WORSE
+from ...plan import plan_lines
 
 __all__ = ["pair_sentence", "summary_lines"]
 
@@ -63,7 +64,7 @@ def summary_lines(cfg, types: list[str], lengths: list[int], effect: dict, main_
     """The first screen (Markdown lines): ``effect`` ``{trajectory: {"base", "deltas"}}``, ``main_deltas``
     ``{encoding: {type: {length: delta}}}`` against ``cfg.baseline``, ``control`` the diagnosis, ``pairs``
     the config's ``comparisons`` (``{label: {"model", "reference", "deltas"}}``); ``family``: the number of
-    comparisons the verdicts were Holm-adjusted across."""
+    comparisons the verdicts were adjusted across (the config's declared correction, printed with the plan)."""
     L0, margin = lengths[0], cfg.equivalence_margin
     t = cfg.train
     seeds = len(cfg.seeds)
@@ -72,7 +73,8 @@ def summary_lines(cfg, types: list[str], lengths: list[int], effect: dict, main_
              f"{cfg.model.get('n_embd', '?')}-wide {cfg.model.get('model_type')}; intervals over test sequences"
              + (" and seeds" if seeds > 1 else " only (one seed: seed-to-seed spread is not in them)")
              + ". Cells: delta of perplexity in percent, positive = better than the reference [95% interval]. "
-             + legend(margin, "%", family), ""]
+             + legend(margin, "%", family, cfg.correction), "",
+             *plan_lines(cfg.seeds, margin, "%", cfg.correction, cfg.analysis, family)]
     if control.get("status") in ("failed", "broken"):
         lines += [control["finding"], ""]
     if effect:

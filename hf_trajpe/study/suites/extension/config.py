@@ -18,6 +18,7 @@ from typing import ClassVar
 from ....training.config import ConfigError
 from ...base_config import TrainedStudyConfig
 from ...config import StudyTrain, check_comparisons, check_encoding_names, check_margin, check_training_sections
+from ...plan import AnalysisPlan, check_correction
 
 __all__ = ["ExtensionData", "ExtensionEval", "ExtensionFinetune", "ExtensionReal", "ExtensionStudyConfig",
            "FACTOR", "method_options"]
@@ -91,10 +92,12 @@ class ExtensionStudyConfig(TrainedStudyConfig):
     #: orderings the literature reports, checked against the comparisons: {claim, model, reference, part}
     #: (``part``: pretrain for zero-shot, finetune after fine-tuning; the claim is "model reads better")
     published: list[dict] = field(default_factory=list)
+    analysis: AnalysisPlan = field(default_factory=AnalysisPlan)  # the family in words, changes after a look
 
     ORDER: ClassVar[tuple[str, ...]] = (
         "name", "model", "methods", "reference", "seeds", "output_dir", "report_dir", "tokenizer", "workers", "data",
-        "train", "eval", "finetune", "real", "comparisons", "equivalence_margin", "correction", "published", "quick")
+        "train", "eval", "finetune", "real", "comparisons", "equivalence_margin", "correction", "published", "analysis",
+        "quick")
 
     def validate(self) -> ExtensionStudyConfig:
         check_encoding_names(self.methods)
@@ -116,10 +119,8 @@ class ExtensionStudyConfig(TrainedStudyConfig):
                                   f"part: pretrain|finetune}} with methods of {list(self.methods)}; got {claim!r}")
         check_training_sections(self)
         check_margin(self.equivalence_margin)
-        from .eval import CORRECTIONS
-
-        if self.correction not in CORRECTIONS:
-            raise ConfigError(f"correction must be one of {sorted(CORRECTIONS)}, got {self.correction!r}")
+        check_correction(self.correction)
+        self.analysis.check()
         positions = self.model.get("max_position_embeddings")
         if positions != self.data.block_size:
             raise ConfigError(f"model.max_position_embeddings ({positions}) must equal data.block_size "

@@ -20,13 +20,11 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from ....evaluation.seed_inference import benjamini_hochberg, holm, seed_interval
-from ....evaluation.verdicts import plain_verdict
+from ....evaluation.seed_inference import benjamini_hochberg, holm, seed_interval, t_sf
+from ....evaluation.verdicts import BETTER, CORRECTIONS, NO_DIFFERENCE, WORSE, ZERO_TOLERANCE, verdict_text
 
 __all__ = ["CORRECTIONS", "SCORES", "read_losses", "test_blocks", "perplexity", "compare", "adjust", "percent"]
 
-#: corrections for many comparisons: Holm's (family-wise error) or Benjamini-Hochberg's (false discovery rate)
-CORRECTIONS = {"holm": (holm, "Holm"), "bh": (benjamini_hochberg, "Benjamini-Hochberg")}
 #: the two scores of a read (module docstring)
 SCORES = ("whole", "past")
 
@@ -86,20 +84,42 @@ def compare(model: Sequence[np.ndarray], reference: Sequence[np.ndarray], margin
     iv = seed_interval(value, per_seed, example_sd, level)
     return {"value": percent(value), "ci": tuple(map(percent, iv["ci"])),
             "ci_equivalence": tuple(map(percent, iv["ci_equivalence"])), "p_value": iv["p_value"],
-            "per_seed": [percent(d) for d in per_seed], "method": iv["method"], "margin": margin}
+            "p_equivalence": 1.0 if iv["zero_spread"] else tost_nats(value, iv["se"], iv["df"], margin),
+            "per_seed": [percent(d) for d in per_seed], "method": iv["method"], "margin": margin,
+            "se_nats": iv["se"], "df": iv["df"], "zero_spread": iv["zero_spread"]}
+
+
+def tost_nats(d: float, se: float, df: float, margin: float) -> float:
+    """Two one-sided tests that the perplexity change lies within ``±margin`` percent, on the loss
+    difference ``d`` (nats): ``percent(d)`` in ``(-margin, +margin)`` is ``d`` in
+    ``(-log(1 + margin/100), -log(1 - margin/100))``. Below ``alpha`` exactly when the ``1 - 2 alpha``
+    interval lies inside the margin (the interval the verdicts showed before the correction)."""
+    if se == 0.0:
+        return 1.0
+    low, high = -math.log1p(margin / 100.0), -math.log1p(-margin / 100.0)
+    return float(max(t_sf((d - low) / se, df), t_sf((high - d) / se, df)))
 
 
 def adjust(comparisons: list[dict], level: float = 0.95, correction: str = "holm") -> None:
-    """Adjust the p-values of ``comparisons`` (the ones one table shows) together (``correction``: a key of
-    :data:`CORRECTIONS`), then give each its verdict: a difference counts only when its adjusted p-value is
-    below ``1 - level`` (the interval shown is the unadjusted one; a significant-looking interval whose
-    adjusted p-value is not small says so)."""
-    fn, name = CORRECTIONS[correction]
-    adjusted = fn([c["p_value"] for c in comparisons]) if comparisons else []
-    for c, p in zip(comparisons, adjusted, strict=True):
-        c["p_adjusted"], c["correction"] = p, name
-        verdict = plain_verdict(c["ci"], c["ci_equivalence"], c["margin"])
-        if p >= 1.0 - level and verdict.startswith(("better", "worse")):
-            eq = verdict.split("yet ", 1)[1] if "yet " in verdict else f"not shown equivalent within ±{c['margin']:g}%"
-            verdict = f"no significant difference after {name} (p = {p:.2g}); {eq}"
-        c["verdict"] = verdict
+    """Adjust the p-values of ``comparisons`` (the ones one table shows) together, the differences and the
+    equivalence tests alike, by Holm's and by Benjamini-Hochberg's method; ``correction`` (a key of
+    :data:`~hf_trajpe.evaluation.verdicts.CORRECTIONS`, the one the config declares) decides ``verdict``, the
+    other's is kept beside it (``verdict_holm``, ``verdict_bh``). A difference counts only when its adjusted
+    p-value is below ``1 - level``, an equivalence only when its adjusted TOST p-value is (the interval shown is
+    the unadjusted one)."""
+    alpha = 1.0 - level
+    raw = [c["p_value"] for c in comparisons]
+    tost = [c["p_equivalence"] for c in comparisons]
+    adjusted = {"holm": (holm(raw), holm(tost)), "bh": (benjamini_hochberg(raw), benjamini_hochberg(tost))}
+    if not comparisons:
+        return
+    for i, c in enumerate(comparisons):
+        for key, (p_sig, p_eq) in adjusted.items():
+            p, pe = p_sig[i], p_eq[i]
+            sig = NO_DIFFERENCE
+            if p < alpha and abs(c["value"]) > ZERO_TOLERANCE:
+                sig = BETTER if c["value"] > 0 else WORSE
+            c[f"p_{key}"], c[f"p_equivalence_{key}"] = p, pe
+            c[f"verdict_{key}"] = verdict_text(sig, pe < alpha, c["margin"])
+        c["p_adjusted"], c["correction"] = c[f"p_{correction}"], CORRECTIONS[correction][1]
+        c["verdict"] = c[f"verdict_{correction}"]

@@ -2,11 +2,12 @@
 ``report_dir``, and the real model's long-context report (``real/long_context.md``, ``.json``) beside them.
 
 Tables: perplexity of each method (mean over seeds, 95% interval over seeds and sequences), and the paired
-comparisons (:mod:`.eval`) with the config's correction (Benjamini-Hochberg by default, or Holm)
-across the comparisons of one table. The
+comparisons (:mod:`.eval`) with the config's declared correction (Benjamini-Hochberg or Holm; the other is
+shown beside it) across the comparisons of one table, for the differences and the equivalence tests alike;
+the report opens with the declared analysis plan and the changes made to it after a first look. The
 orderings the literature reports (``published`` in the config) are read off the comparisons: reproduced
-(significant in the stated direction after adjustment), contradicted (significant the other way), or not
-resolved.
+(significant in the stated direction after adjustment), contradicted (significant the other way), equivalent
+within the margin (neither way), or not resolved; under each correction.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
+from ....evaluation.verdicts import correction_name
+from ...plan import plan_lines
 from ...screen import DETAILS, json_default
-from .eval import CORRECTIONS, SCORES, adjust, compare, perplexity
+from .eval import SCORES, adjust, compare, perplexity
 
 __all__ = ["write_extension_report", "comparisons_of", "pooled"]
 
@@ -50,13 +53,14 @@ def comparisons_of(cfg, scores: dict, pairs: list[tuple[str, str]], kind: str = 
     return out
 
 
-def _mark(c: dict) -> str:
-    v = c["verdict"]
+def _mark(c: dict, correction: str | None = None) -> str:
+    v = c["verdict"] if correction is None else c[f"verdict_{correction}"]
+    equal = "=" if "; equivalent" in v or "yet equivalent" in v else ""
     if v.startswith("better"):
-        return "▲"
+        return "▲" + equal
     if v.startswith("worse"):
-        return "▼"
-    return "=" if "; equivalent" in v or "yet equivalent" in v else "?"
+        return "▼" + equal
+    return equal or "?"
 
 
 def _ppl_table(cfg, scores: dict, kind: str, key: str) -> list[str]:
@@ -74,7 +78,9 @@ def _ppl_table(cfg, scores: dict, kind: str, key: str) -> list[str]:
     return lines
 
 
-def _cmp_table(comps: list[dict]) -> list[str]:
+def _cmp_table(comps: list[dict], other: str | None = None) -> list[str]:
+    """Each comparison with its interval and mark; ``other``: a correction whose mark is shown beside, in
+    parentheses, where it differs."""
     if not comps:
         return []
     factors = list(dict.fromkeys(c["factor"] for c in comps))
@@ -86,12 +92,25 @@ def _cmp_table(comps: list[dict]) -> list[str]:
         row = []
         for f in factors:
             c = by.get((m, r, f))
-            row.append("" if c is None else f"{c['value']:+.1f}% [{c['ci'][0]:+.1f}, {c['ci'][1]:+.1f}] {_mark(c)}")
+            beside = ""
+            if c is not None and other is not None and _mark(c, other) != _mark(c):
+                beside = f" ({_mark(c, other)} {correction_name(other)})"
+            row.append("" if c is None else
+                       f"{c['value']:+.1f}% [{c['ci'][0]:+.1f}, {c['ci'][1]:+.1f}] {_mark(c)}{beside}")
         lines.append(f"| {m} vs {r} | " + " | ".join(row) + " |")
     return lines
 
 
+def _state(verdict: str) -> str:
+    if verdict.startswith("better"):
+        return "reproduced"
+    if verdict.startswith("worse"):
+        return "contradicted"
+    return "equivalent within the margin (neither way)" if "; equivalent" in verdict else "not resolved"
+
+
 def _published(cfg, comps: dict[str, list[dict]]) -> list[str]:
+    other = "holm" if cfg.correction == "bh" else "bh"
     lines = []
     for claim in cfg.published:
         part = claim.get("part", "pretrain")
@@ -102,13 +121,25 @@ def _published(cfg, comps: dict[str, list[dict]]) -> list[str]:
             continue
         words = []
         for c in found:
-            v = c["verdict"]
-            state = ("reproduced" if v.startswith("better") else "contradicted" if v.startswith("worse")
-                     else "not resolved")
-            words.append(f"{float(c['factor']):g}x {state} ({c['value']:+.1f}% [{c['ci'][0]:+.1f}, {c['ci'][1]:+.1f}])")
+            state, beside = _state(c["verdict"]), _state(c.get(f"verdict_{other}", c["verdict"]))
+            also = "" if beside == state else f"; {correction_name(other)}: {beside}"
+            words.append(f"{float(c['factor']):g}x {state} ({c['value']:+.1f}% [{c['ci'][0]:+.1f}, "
+                         f"{c['ci'][1]:+.1f}]{also})")
         lines.append(f"- {claim['claim']} ({claim['model']} better than {claim['reference']}, "
                      f"{'zero-shot' if part == 'pretrain' else 'after fine-tuning'}): " + "; ".join(words))
     return lines
+
+
+def _changed_calls(cfg, comps: dict[str, list[dict]]) -> list[str]:
+    """The comparisons whose verdict differs between the declared correction and the other one."""
+    other = "holm" if cfg.correction == "bh" else "bh"
+    rows = [(part, c) for part, cs in comps.items() for c in cs if c[f"verdict_{other}"] != c["verdict"]]
+    n = sum(len(cs) for cs in comps.values())
+    head = (f"Under {correction_name(other)} instead of {correction_name(cfg.correction)}, {len(rows)} of the {n} "
+            "verdicts change" + (":" if rows else "."))
+    return [head, ""] + [f"- {part}, {c['model']} vs {c['reference']} at {float(c['factor']):g}x: {c['verdict']} "
+                         f"(p {c[f'p_{cfg.correction}']:.2g}) -> {c[f'verdict_{other}']} (p {c[f'p_{other}']:.2g})"
+                         for part, c in rows] + [""]
 
 
 def _sentences(comps: list[dict], pairs: list[list[str]], when: str) -> list[str]:
@@ -159,9 +190,17 @@ def write_extension_report(cfg, results: dict, summaries: list[dict], timing: di
           f"{', '.join(f'{f:g}x' for f in cfg.eval.factors)} T with each method. Perplexity of every token of "
           f"{cfg.eval.max_sequences} test sequences per type, mean over seeds [95% interval: Student's t over seeds "
           "plus the sequences' standard error]. Comparisons: percent change of perplexity (positive: lower than the "
-          f"reference), ▲/▼ significant after {CORRECTIONS[cfg.correction][1]}'s adjustment across the comparisons "
+          f"reference), ▲/▼ significant after {correction_name(cfg.correction)}'s adjustment across the comparisons "
           f"of the table, = equivalent within "
-          f"±{cfg.equivalence_margin:g}% (two one-sided tests), ? neither.\n"]
+          f"±{cfg.equivalence_margin:g}% (two one-sided tests, adjusted the same way), ? neither; in parentheses "
+          f"the mark under {correction_name('holm' if cfg.correction == 'bh' else 'bh')} where it differs.\n"]
+    other = "holm" if cfg.correction == "bh" else "bh"
+    for part in ("pretrain", "finetune"):
+        if part in results:
+            scores = results[part]["scores"]
+            comps[part] = comparisons_of(cfg, scores, [p for p in pairs if p[0] in scores and p[1] in scores])
+    md += plan_lines(cfg.seeds, cfg.equivalence_margin, "%", cfg.correction, cfg.analysis,
+                     max((len(c) for c in comps.values()), default=0))
     for part, title in (("pretrain", "Zero-shot"), ("finetune", "After fine-tuning")):
         if part not in results:
             continue
@@ -169,9 +208,8 @@ def write_extension_report(cfg, results: dict, summaries: list[dict], timing: di
         if part == "finetune":
             ft = cfg.finetune
             title += f" at {ft.factor:g}x T ({ft.steps} steps, lr {ft.lr:g}; read as fine-tuned)"
-        comps[part] = comparisons_of(cfg, scores, [p for p in pairs if p[0] in scores and p[1] in scores])
         md += [f"## {title}: perplexity, all types pooled\n", *_ppl_table(cfg, scores, ALL, "whole"), "",
-               f"### {title}: comparisons\n", *_cmp_table(comps[part]), ""]
+               f"### {title}: comparisons\n", *_cmp_table(comps[part], other), ""]
     if cfg.comparisons:
         md += ["## Verdicts\n"]
         for part in comps:
@@ -179,14 +217,17 @@ def write_extension_report(cfg, results: dict, summaries: list[dict], timing: di
         md.append("")
     if cfg.published:
         md += ["## Orderings reported in the literature\n", *_published(cfg, comps), ""]
+    if comps:
+        md += [f"## {correction_name(other)} beside {correction_name(cfg.correction)}\n", *_changed_calls(cfg, comps)]
     paths: dict[str, Path] = {}
     if "real" in results:
         real = results["real"]
         paths.update({f"real_{k}": v for k, v in write_long_context_report(real, out / "real").items()})
         md += [f"## Real model: {cfg.real.model}, {real['length']} tokens, factor {cfg.real.factor:g}\n",
                f"Trained length {real['trained_length']}; perplexity per window of position (multiples of it), "
-               f"documents: {', '.join(f'{k}: {len(v)}' for k, v in real['documents'].items())}; 95% bootstrap "
-               "interval over documents. Per kind: [real/long_context.md](real/long_context.md).\n",
+               f"documents: {', '.join(f'{k}: {len(v)}' for k, v in real['documents'].items())}; in brackets the 95% "
+               "bootstrap over documents, which with two documents is the range of their two values, not an "
+               "interval. Per kind: [real/long_context.md](real/long_context.md).\n",
                *_real_lines(real), ""]
     elif cfg.real is not None:
         md += [f"## Real model: not read ({cfg.real.model})\n",

@@ -48,6 +48,7 @@ from ...config import (
     patch_options,
     patch_value,
 )
+from ...plan import AnalysisPlan, check_correction
 
 __all__ = ["LOSSES", "TaskBudget", "TaskData", "TaskEval", "TaskStudyConfig", "patch_config", "task_experiment"]
 
@@ -91,11 +92,13 @@ class TaskStudyConfig(TrainedStudyConfig):
     budget: TaskBudget = field(default_factory=TaskBudget)
     per_task: dict = field(default_factory=dict)  # task -> {encodings: [names], train, data, budget}
     comparisons: list[list[str]] = field(default_factory=list)  # [[model, reference], ...] besides the baseline
+    correction: str = "holm"  # across the report's comparisons: holm or bh (the other is shown beside)
+    analysis: AnalysisPlan = field(default_factory=AnalysisPlan)  # the family in words, changes after a look
 
     ORDER: ClassVar[tuple[str, ...]] = (
         "name", "model", "encodings", "tasks", "baseline", "optional_encodings", "equivalence_margin", "seeds",
         "output_dir", "report_dir", "tokenizer", "workers", "data", "train", "eval", "quick", "budget", "per_task",
-        "comparisons")
+        "comparisons", "correction", "analysis")
 
     def unavailable(self) -> dict[str, str]:
         """Optional encodings this install cannot patch with: ``{name: why}``."""
@@ -163,6 +166,8 @@ class TaskStudyConfig(TrainedStudyConfig):
         check_layers_on_model(self.model, available)
         self._check_per_task(available)
         check_margin(self.equivalence_margin)
+        check_correction(self.correction)
+        self.analysis.check()
         _check_data(self.data)
         _check_budget(self.budget)
         if self.eval.n_resamples < 1 or not 0 < self.eval.level < 1 or self.eval.batch_size < 1:

@@ -8,9 +8,10 @@ Both metrics get the same machinery (:mod:`hf_trajpe.evaluation.answers`): the m
 interval from Student's t over seeds plus the spread over test examples, differences paired by seed and by
 example. Every difference the report shows (exact match and token accuracy, against the baseline and in the
 pairs, on every task and split) is one comparison of one family: its raw p-value and its two-one-sided-tests
-p-value are adjusted by Holm's method across the family, and the verdicts (better / worse / no significant
-difference, equivalent within ``±equivalence_margin`` points or not) use the adjusted ones
-(:func:`~hf_trajpe.evaluation.verdicts.judge_family`)."""
+p-value are adjusted by the config's declared correction (``correction``: Holm's method, or Benjamini-Hochberg's)
+across the family, and the verdicts (better / worse / no significant difference, equivalent within
+``±equivalence_margin`` points or not) use the adjusted ones; the other correction's calls are shown beside
+(:func:`~hf_trajpe.evaluation.verdicts.judge_family`). Both reports open with the declared analysis plan."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from ....evaluation.metrics import get_metric
 from ....evaluation.positions import positions_markdown
 from ....evaluation.report import legend, p_text
 from ....evaluation.verdicts import family_method, judge_family
+from ...plan import plan_lines
 from ...screen import DETAILS, json_default
 from .config import TaskStudyConfig
 
@@ -97,7 +99,7 @@ def judge_tasks(cfg: TaskStudyConfig, aggregated: dict) -> int:
                         family.append(d)
                         keys[id(d)] = (task, split, metric, name, ref)
     return judge_family(family, "difference", cfg.equivalence_margin, cfg.eval.level, unit=" points", scale=100.0,
-                        key=lambda d: keys[id(d)])
+                        key=lambda d: keys[id(d)], correction=cfg.correction)
 
 
 def _pct(x: float) -> str:
@@ -125,14 +127,15 @@ def _cells(agg: dict, splits: list[str], fmt) -> list[list[str]]:
 
 def _mark(d: dict) -> str:
     sig = {"better": "▲", "worse": "▼"}.get(d.get("significance", ""), "")
-    if not sig:  # Holm did not call it; a 5% false discovery rate may
-        sig = {"better": "△", "worse": "▽"}.get(d.get("significance_bh", ""), "")
+    other = "significance_bh" if d.get("correction", "holm") == "holm" else "significance_holm"
+    if not sig:  # the declared correction did not call it; the other one may
+        sig = {"better": "△", "worse": "▽"}.get(d.get(other, ""), "")
     return sig + ("=" if d.get("equivalent") else ("" if sig else "?"))
 
 
-#: the marks of a call made only at the false discovery rate
-FDR_LEGEND = ("△/▽ better/worse at a 5% false discovery rate (Benjamini-Hochberg across the same comparisons) "
-              "but not after Holm's adjustment")
+#: the marks of a call made only by the correction not declared (Holm's is declared in the published study)
+FDR_LEGEND = ("△/▽ better/worse under the other correction (Benjamini-Hochberg's 5% false discovery rate where "
+              "Holm's is declared, Holm's where Benjamini-Hochberg's is) but not under the declared one")
 
 
 def _diff(cell: dict, reference: str | None = None, metric: str = "exact_match") -> str:
@@ -158,7 +161,8 @@ def _comparison_lines(cfg: TaskStudyConfig, task: str, agg: dict, splits: list[s
 
 
 def _all_comparisons(agg: dict, splits: list[str]) -> list[list[str]]:
-    """One row per comparison of the task: its difference, interval, raw and Holm-adjusted p, verdict."""
+    """One row per comparison of the task: its difference, interval, raw p, Holm's and Benjamini-Hochberg's
+    adjusted p-values (differences and equivalence), the verdict (the declared correction's) and BH's call."""
     rows = []
     for to_base, to_ref, label in METRICS.values():
         for name, per_split in agg.items():
@@ -169,7 +173,8 @@ def _all_comparisons(agg: dict, splits: list[str]) -> list[list[str]]:
                     rows.append([label, split, f"`{name}` − " + (f"`{ref}`" if ref else "baseline"),
                                  f"{100 * d['difference']:+.1f}", _ci(d["ci"]), p_text(d.get("p_value")),
                                  p_text(d.get("p_holm")), p_text(d.get("p_equivalence_holm")), d["verdict"],
-                                 p_text(d.get("p_bh")), d.get("significance_bh", "-")])
+                                 p_text(d.get("p_bh")), p_text(d.get("p_equivalence_bh")),
+                                 d.get("significance_bh", "-")])
     return rows
 
 
@@ -233,14 +238,16 @@ def _task_md(cfg: TaskStudyConfig, task: str, agg: dict, result: dict, summaries
             f"{_pct(c[m]['mean'])} {_ci(c[m]['ci'])}<br>per seed {_per_seed(c[m])}<br>"
             f"examples {_ci(c[m]['ci_examples'])}, seeds {_ci(c[m]['ci_seeds'])}")))
         lines += [f"**{label.capitalize()} minus `{cfg.baseline}`'s (points)**, paired on the examples and seeds: "
-                  + legend(cfg.equivalence_margin, " points", family) + "; " + FDR_LEGEND, ""]
+                  + legend(cfg.equivalence_margin, " points", family, cfg.correction) + "; " + FDR_LEGEND, ""]
         lines += _table(["encoding", *splits], _cells(agg, splits, lambda c, m=metric: _diff(c, None, m)))
         lines += _comparison_lines(cfg, task, agg, splits, metric)
     lines += ["Every comparison of this task, with its raw p-value, the Holm-adjusted ones (significance; "
-              f"equivalence within ±{cfg.equivalence_margin:g} points), the verdict they give, and beside it the "
-              "Benjamini-Hochberg adjusted p-value and its call at a 5% false discovery rate:", ""]
+              f"equivalence within ±{cfg.equivalence_margin:g} points), the verdict of the declared correction "
+              f"({cfg.correction}), and the Benjamini-Hochberg adjusted ones with its call at a 5% false discovery "
+              "rate:", ""]
     lines += _table(["metric", "split", "comparison", "points", "95% interval", "p", "p (Holm)",
-                     "p equivalence (Holm)", "verdict", "p (BH)", "at 5% FDR"], _all_comparisons(agg, splits))
+                     "p equivalence (Holm)", "verdict", "p (BH)", "p equivalence (BH)", "at 5% FDR"],
+                    _all_comparisons(agg, splits))
     if result.get("positions"):
         lines += ["Where the trajectory models put their tokens, on each test split (mean over seeds): step "
                   "`p_i - p_(i-1)` and its coefficient of variation, displacement `p_i - i`, clamped share:", ""]
@@ -256,10 +263,11 @@ def _summary(cfg: TaskStudyConfig, aggregated: dict, results: dict, family: int)
     pairs, and how the verdicts were made."""
     seeds = len(cfg.seeds)
     lines = ["## Summary", "",
+             *plan_lines(cfg.seeds, cfg.equivalence_margin, " points", cfg.correction, cfg.analysis, family),
              f"{seeds} seed(s) per encoding; {_data_words(cfg)}. Cells: exact match minus `{cfg.baseline}`'s in "
              "points [95% interval: Student's t over seeds plus the spread over test examples] (the baseline's "
              "row: its own exact match in %); answer-token accuracy, raw and adjusted p-values in each task's "
-             "section. " + legend(cfg.equivalence_margin, " points", family) + "; " + FDR_LEGEND, ""]
+             "section. " + legend(cfg.equivalence_margin, " points", family, cfg.correction) + "; " + FDR_LEGEND, ""]
     for task, agg in aggregated.items():
         splits = list(next(iter(agg.values())))
         sized = cfg.for_task(task)
@@ -289,7 +297,7 @@ def _markdown(cfg, aggregated, results, summaries, skipped, timing, versions, co
               f"- baseline: `{cfg.baseline}`; intervals: {cfg.eval.level:.0%}, Student's t over seeds (paired by seed "
               f"for differences) plus the spread over test examples ({cfg.eval.n_resamples} bootstrap resamples); "
               "with one seed, the normal interval of the example bootstrap",
-              f"- verdicts: {family_method(family, cfg.eval.level)}",
+              f"- verdicts: {family_method(family, cfg.eval.level, cfg.correction)}",
               f"- wall time: {timing['total_wall_seconds']:.0f} s in all",
               "- versions: " + ", ".join(f"{k} {v}" for k, v in versions.items())]
     lines += [f"- skipped encoding `{n}`: {why}" for n, why in skipped.items()]
@@ -313,7 +321,9 @@ def write_task_report(cfg: TaskStudyConfig, results: dict, summaries: list[dict]
     data = {"study": cfg.name, "command": command, "config": cfg.to_dict(), "versions": versions, "timing": timing,
             "skipped_encodings": skipped, "baseline": cfg.baseline,
             "method": {"intervals": "Student's t over seeds (paired by seed) plus the spread over test examples",
-                       "correction": "holm", "family_size": family, "verdicts": family_method(family, cfg.eval.level),
+                       "correction": cfg.correction, "family_size": family,
+                       "verdicts": family_method(family, cfg.eval.level, cfg.correction),
+                       "analysis": cfg.to_dict()["analysis"],
                        "data": _data_words(cfg)},
             "tasks": {task: {"training_length": r["length"], "mean_characters": r["lengths"], "steps": r["steps"],
                              "budget": r.get("budget"), "results": aggregated[task],
