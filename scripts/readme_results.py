@@ -151,6 +151,19 @@ def ruler() -> str:
         f"{meta['precision']['dtype']}; score [exact 95% interval]; p: exact sign test on the same prompts")
 
 
+def ruler_haystacks() -> str:
+    """RULER's needle on SmolLM2 per kind of haystack: is a needle easier to find in some content than in other?"""
+    data = _load("ruler/smollm2_haystacks/ruler.json")
+    summary, meta = data["summary"], data["meta"]
+    cells = sorted(summary["by_haystack"], key=lambda c: (-c["score"], c["haystack"]))
+    rows = ["| haystack | score [95% interval] |", "|---|---:|"]
+    rows += [f"| {c['haystack']} | {_score(c)} |" for c in cells]
+    n, length = cells[0]["n"], meta["lengths"][0]
+    return "\n".join(rows) + "\n\n" + _source(
+        "ruler/smollm2_haystacks/README.md", f"; {', '.join(meta['methods'])} model, {', '.join(meta['tasks'])} at "
+        f"{length:,} tokens, {n} prompts per haystack, seed {meta['seed']}, {meta['precision']['dtype']}")
+
+
 def extension_study() -> str:
     """The controlled extension study: zero-shot perplexity, every type pooled, per read length."""
     data = _load("extension/study/study.json")
@@ -216,6 +229,7 @@ def bench() -> str:
 
 TABLES: dict[str, Callable[[], str]] = {"content_study": content_study, "tasks": tasks,
                                         "extension_real": extension_real, "ruler": ruler,
+                                        "ruler_haystacks": ruler_haystacks,
                                         "extension_study": extension_study,
                                         "recovery": recovery, "bench": bench}
 
