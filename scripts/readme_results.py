@@ -158,13 +158,21 @@ def bench() -> str:
         kinds.setdefault(t["what"], []).append(t)
     rows = ["| target (limit) | met | missed | unresolved | largest measured |", "|---|---:|---:|---:|---:|"]
     for what, targets in kinds.items():
-        counts = [sum(t["verdict"] == v for t in targets) for v in ("met", "missed", "unresolved")]
         worst = max(targets, key=lambda t: t["measured"])
-        rows.append(f"| {what} (<= {worst['limit']}) | " + " | ".join(map(str, counts))
+        if worst["limit"] is None:  # reported, bound by nothing
+            counts, limit = ["-"] * 3, ""
+        else:
+            counts = [sum(t["verdict"] == v for t in targets) for v in ("met", "missed", "unresolved")]
+            limit = f" (<= {worst['limit']})"
+        rows.append(f"| {what}{limit} | " + " | ".join(map(str, counts))
                     + f" | {worst['measured']:.3f} ({worst['where']}, {worst['variant']}) |")
+    units = meta.get("cpu_bfloat16")
+    bf16 = "" if units is None else f", {'with' if units['units'] else 'no'} bfloat16 units"
+    clock = f", {meta['clock']} clock" if "clock" in meta else ""
     return "\n".join(rows) + "\n\n" + _source(
-        "bench/bench.md", f", run of {meta['date_utc']} UTC on {meta['cpu']} ({meta['cpu_count']} cores, "
-        f"{meta['dtype']}, transformers {meta['transformers']}); a verdict is read from the ratio's 95% interval")
+        "bench/bench.md", f", run of {meta['date_utc']} UTC on {meta['cpu']} ({meta['cpu_count']} cores{bf16}, "
+        f"{meta['torch_threads']} threads{clock}, {meta['dtype']}, transformers {meta['transformers']}, "
+        f"{meta['wall_s']:.0f} s in one sitting); a verdict is read from the ratio's 95% interval")
 
 
 TABLES: dict[str, Callable[[], str]] = {"content_study": content_study, "tasks": tasks,
