@@ -289,7 +289,8 @@ def _plain_step(x: torch.Tensor, norms: torch.Tensor, alpha: torch.Tensor, beta:
     (``generate()``'s usual step, checked by the caller): no padding to keep at 0, no fallback, so the same
     arithmetic needs about a third of the tensor ops (a decoding step pays each op once per generated
     token). Bit-identical to the general path."""
-    disp = _on(past.displacement, x.device, acc) + (alpha[:, 0] * torch.tanh(beta * norms)).to(acc)
+    # (the float32 step promotes to acc inside the add: exactly the converted step of the general path, one op less)
+    disp = _on(past.displacement, x.device, acc) + alpha[:, 0] * torch.tanh(beta * norms)
     positions = disp + num_real  # rank + disp (the rank of a real token after num_real real ones is num_real)
     if max_positions is not None:
         positions = positions.clamp(0, max_positions - 1)
