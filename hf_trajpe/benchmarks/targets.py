@@ -16,8 +16,8 @@ TARGETS: dict[str, tuple[float | None, str]] = {
     "memory": (1.05, "peak memory of a training step, trajectory / stock"),
     "encoding": (2.0, "trajectory positions + encoding / sinusoidal table lookup"),
     # the aims of ALiBi at long context (docs/benchmarks.md, "alibi")
-    "alibi_time": (1.2, "forward time at long context, ALiBi / stock SDPA (aim)"),
-    "alibi_memory": (1.15, "peak memory of a forward at long context, ALiBi / stock SDPA (aim)"),
+    "alibi_time": (1.2, "aim: forward time at long context, ALiBi / stock SDPA"),
+    "alibi_memory": (1.15, "aim: peak memory of a forward at long context, ALiBi / stock SDPA"),
     "remap_time": (None, "forward time past the trained length, remap / stock SDPA (no limit)"),
     "remap_memory": (None, "peak memory of a forward past the trained length, remap / stock SDPA (no limit)"),
 }
