@@ -169,9 +169,10 @@ def bench() -> str:
     units = meta.get("cpu_bfloat16")
     bf16 = "" if units is None else f", {'with' if units['units'] else 'no'} bfloat16 units"
     clock = f", {meta['clock']} clock" if "clock" in meta else ""
+    threads = f"{meta['torch_threads']} thread{'s' if meta['torch_threads'] != 1 else ''}"
     return "\n".join(rows) + "\n\n" + _source(
         "bench/bench.md", f", run of {meta['date_utc']} UTC on {meta['cpu']} ({meta['cpu_count']} cores{bf16}, "
-        f"{meta['torch_threads']} thread{'s' if meta['torch_threads'] != 1 else ''}{clock}, {meta['dtype']}, transformers {meta['transformers']}, "
+        f"{threads}{clock}, {meta['dtype']}, transformers {meta['transformers']}, "
         f"{meta['wall_s']:.0f} s in one sitting); a verdict is read from the ratio's 95% interval")
 
 
