@@ -78,15 +78,20 @@ def cache_from_kwargs(kwargs: dict):
     return cache if cache is not None else kwargs.get("past_key_values")
 
 
+@lru_cache(maxsize=64)
+def _cache_field(output_type: type) -> str | None:
+    """The field of an output dataclass that holds the KV cache, or ``None`` (read once per output class: every
+    generated token's forward asks)."""
+    names = {f.name for f in dataclasses.fields(output_type)}
+    return next((name for name in ("cache", "past_key_values") if name in names), None)
+
+
 def output_cache(output):
     """The KV cache of a model output (``.cache`` from 5.24, ``.past_key_values`` before), read without the
     deprecation warning of the old name; a tuple output's second item if it is a cache; else ``None``."""
     if dataclasses.is_dataclass(output):
-        names = {f.name for f in dataclasses.fields(output)}
-        for name in ("cache", "past_key_values"):
-            if name in names:
-                return getattr(output, name)
-        return None
+        name = _cache_field(type(output))
+        return getattr(output, name) if name is not None else None
     if isinstance(output, tuple) and len(output) > 1 and hasattr(output[1], "get_seq_length"):
         return output[1]
     return None

@@ -9,7 +9,9 @@ import pytest
 import torch
 
 from hf_trajpe.benchmarks.intervals import MIN_ROUNDS, paired_interval, relative_half_width, verdict
+from hf_trajpe.benchmarks.machine import BFLOAT16_FLAGS
 from hf_trajpe.benchmarks.suite import BENCHMARKS, TARGETS, check_targets
+from hf_trajpe.benchmarks.targets import COUNTED
 from hf_trajpe.benchmarks.timing import side_by_side
 from hf_trajpe.cli import main
 
@@ -30,6 +32,28 @@ def test_all_writes_every_benchmark_and_the_machine(bench_all):
     for key in ("torch", "transformers", "torch_threads", "dtype", "device", "cpu", "size", "wall_s"):
         assert key in meta
     assert meta["size"] == "tiny" and meta["torch_threads"] == 1 and meta["dtype"] == "float32"
+    units = meta["cpu_bfloat16"]  # (Linux: read from the CPU's flags)
+    assert units is None or units["units"] == any(units[flag] for flag in BFLOAT16_FLAGS)
+
+
+def test_bfloat16_units_are_read_from_the_cpu_flags(monkeypatch, tmp_path):
+    import builtins
+
+    from hf_trajpe.benchmarks import machine
+
+    cpuinfo = tmp_path / "cpuinfo"
+    real_open = builtins.open
+
+    def fake_open(path, *args, **kwargs):
+        return real_open(cpuinfo if path == "/proc/cpuinfo" else path, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", fake_open)
+    cpuinfo.write_text("model name\t: Some CPU\nflags\t\t: fpu sse avx2 avx512f amx_tile amx_bf16\n")
+    assert machine.cpu_bfloat16_units() == {"units": True, "avx512_bf16": False, "amx_bf16": True}
+    cpuinfo.write_text("model name\t: Some CPU\nflags\t\t: fpu sse avx2\n")
+    assert machine.cpu_bfloat16_units() == {"units": False, "avx512_bf16": False, "amx_bf16": False}
+    cpuinfo.write_text("model name\t: Some CPU\n")
+    assert machine.cpu_bfloat16_units() is None
 
 
 def _check_side_by_side(res, variants, keys):
@@ -88,10 +112,17 @@ def test_encoding_and_targets(bench_all):
     targets = result["targets"]
     assert {t["target"] for t in targets} == set(TARGETS)
     for t in targets:
-        if t["target"] == "memory":  # counted, deterministic: no interval
+        if t["limit"] is None:  # reported with what it measured, bound by nothing
+            assert t["target"].startswith("remap_") and t["verdict"] == "no limit"
+        elif t["target"] in COUNTED:  # counted, deterministic: no interval
             assert t["interval"] is None and t["verdict"] == ("met" if t["measured"] <= t["limit"] else "missed")
         else:  # one round cannot resolve anything
             assert t["rounds"] == 1 and t["verdict"] == "unresolved"
+    # the long-context rows: both ALiBi variants and every remap, time and memory
+    alibi, remaps = {"alibi", "trajectory/alibi"}, {"self_extend", "rerope", "dca", "string"}
+    for target, variants in (("alibi_time", alibi), ("alibi_memory", alibi), ("remap_time", remaps),
+                             ("remap_memory", remaps)):
+        assert {t["variant"] for t in targets if t["target"] == target} == variants
     # every trajectory variant of every model has a row for each model-level target
     # and every static context extension (yarn, ntk: 2 per model)
     assert sum(t["target"] == "train_step" for t in targets) == 4 + 3 + 2 + 2

@@ -20,13 +20,16 @@ def _cfg(c: dict) -> str:
 
 def _meta(meta: dict) -> list[str]:
     lines = ["| | |", "|---|---|"]
-    keys = ("date_utc", "size", "device", "gpu", "dtype", "clock", "cpu", "cpu_count", "torch_threads", "torch", "cuda",
-            "transformers", "hf_trajpe", "python", "platform", "load_average", "load_average_end", "wall_s")
+    keys = ("date_utc", "size", "device", "gpu", "dtype", "clock", "cpu", "cpu_bfloat16", "cpu_count", "torch_threads",
+            "torch", "cuda", "transformers", "hf_trajpe", "python", "platform", "load_average", "load_average_end",
+            "wall_s")
     for k in keys:
         if k in meta:
             v = meta[k]
             if isinstance(v, list):
                 v = ", ".join(f"{x:.2f}" for x in v)
+            elif isinstance(v, dict):
+                v = ", ".join(f"{name} {value}" for name, value in v.items())
             lines.append(f"| {k} | {v} |")
     return lines
 
@@ -39,7 +42,7 @@ def _iv(interval: list | None, rounds: int | None = None) -> str:
     return f"[{interval[0]:.3f}, {interval[1]:.3f}]"
 
 
-_VERDICT = {"met": "met", "missed": "**missed**", "unresolved": "unresolved"}
+_VERDICT = {"met": "met", "missed": "**missed**", "unresolved": "unresolved", "no limit": "no limit"}
 
 
 def _targets(rows: list[dict]) -> list[str]:
@@ -58,7 +61,8 @@ def _targets(rows: list[dict]) -> list[str]:
         rounds = "" if r.get("rounds") is None else str(r["rounds"])
         iv = _iv(r.get("interval"), r.get("rounds"))
         out.append(f"| {r['what']} | {r['where']} | {r['variant']} | {r['measured']:.3f} | {iv} "
-                   f"| {rounds} | {r['limit']:.2f} | {_VERDICT[r['verdict']]} | {base} |")
+                   f"| {rounds} | {'' if r['limit'] is None else format(r['limit'], '.2f')} "
+                   f"| {_VERDICT[r['verdict']]} | {base} |")
     return out
 
 

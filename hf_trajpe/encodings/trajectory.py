@@ -232,15 +232,15 @@ def _decoding_step(
     """
     device = emb.device
     b = emb.shape[0]
-    last = past.last_embedding.to(device=device, dtype=torch.float32)
-    num_real = past.num_real.to(device)
+    last = _on(past.last_embedding, device, torch.float32)
+    num_real = _on(past.num_real, device, past.num_real.dtype)
     x = emb[:, 0].float()
     norms = torch.linalg.vector_norm(x - last, dim=-1)  # [b]; the predecessor is the cached last real token
     started = past.all_started if past.all_started is not None else bool((num_real > 0).all())
     if started:  # every row has a predecessor: if this token is real and its step finite, the plain step
         plain = torch.isfinite(norms)
         if attention_mask is not None:
-            plain = plain & attention_mask[:, 0].to(device=device).bool()
+            plain = plain.logical_and_(attention_mask[:, 0].to(device=device))
         if bool(plain.all()):  # (one host sync; the general path below has one too)
             return _plain_step(x, norms, alpha, beta, max_positions, past, num_real, acc, return_past)
     real = (torch.ones(b, dtype=torch.bool, device=device) if attention_mask is None
@@ -276,6 +276,12 @@ def _decoding_step(
     return positions, new_past
 
 
+def _on(t: torch.Tensor, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """``t.to(device, dtype)`` without the call when it would return ``t`` itself (a decoding step's carried
+    tensors already are where they go; each call is dispatched once per generated token)."""
+    return t if t.dtype == dtype and t.device == device else t.to(device=device, dtype=dtype)
+
+
 def _plain_step(x: torch.Tensor, norms: torch.Tensor, alpha: torch.Tensor, beta: float, max_positions: int | None,
                 past: TrajectoryPast, num_real: torch.Tensor, acc: torch.dtype,
                 return_past: bool) -> torch.Tensor | tuple[torch.Tensor, TrajectoryPast]:
@@ -283,7 +289,8 @@ def _plain_step(x: torch.Tensor, norms: torch.Tensor, alpha: torch.Tensor, beta:
     (``generate()``'s usual step, checked by the caller): no padding to keep at 0, no fallback, so the same
     arithmetic needs about a third of the tensor ops (a decoding step pays each op once per generated
     token). Bit-identical to the general path."""
-    disp = past.displacement.to(device=x.device, dtype=acc) + (alpha[:, 0] * torch.tanh(beta * norms)).to(acc)
+    # (the float32 step promotes to acc inside the add: exactly the converted step of the general path, one op less)
+    disp = _on(past.displacement, x.device, acc) + alpha[:, 0] * torch.tanh(beta * norms)
     positions = disp + num_real  # rank + disp (the rank of a real token after num_real real ones is num_real)
     if max_positions is not None:
         positions = positions.clamp(0, max_positions - 1)

@@ -76,6 +76,16 @@ def _scaled(stock: Callable, module, query: torch.Tensor, key: torch.Tensor, val
     return scale(out, 1.0 / value_scale, grad_scale / value_scale), weights
 
 
+def _one_query_bias(st: PatchState, stock: Callable, module, query: torch.Tensor, key: torch.Tensor,
+                    value: torch.Tensor, attention_mask: torch.Tensor | None, kwargs: dict):
+    """A bias scheme's sdpa attention for one query per row (a decoding step, once per layer and generated token):
+    the bias row ``[b, h, 1, t]`` merged with the mask once per forward, no causal flag (one query sees every
+    key), no subnormal scaling (``subnormal_scales`` scales only several queries), so the general branch reduced to
+    the calls it makes for one query: the same result."""
+    mask = merged_bias_mask(st, query, key, attention_mask, False)
+    return stock(module, query, key, value, mask, **dict(kwargs, is_causal=False))
+
+
 def _remaps(st: PatchState, module) -> bool:
     """Whether ``module``'s attention runs at remapped positions: a remap scheme, on a layer that rotates (SmolLM3's
     NoPE layers, ``use_rope`` false, stay without positions)."""
@@ -138,6 +148,8 @@ def _with_position_bias(load_stock: Callable[[], Callable], merge_mask: bool = F
             mask = score_mask(st, module, query, key, attention_mask, is_causal, kwargs.get("scaling"))
             return stock(module, query, key, value, mask, **dict(kwargs, is_causal=False))
         if merge_mask and st.scheme.contributes == "bias":  # (a bias scheme never rotates q/k)
+            if query.shape[2] == 1:  # a decoding step: what the lines below do for one query, in fewer calls
+                return _one_query_bias(st, stock, module, query, key, value, attention_mask, kwargs)
             out = key_bias_attention(st, stock, module, query, key, value, attention_mask, kwargs)
             if out is not None:
                 return out

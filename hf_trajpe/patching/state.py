@@ -12,6 +12,7 @@ Shape legend: ``b`` batch, ``n`` new tokens, ``t`` all key positions (cache + ne
 from __future__ import annotations
 
 import contextlib
+import functools
 import warnings
 from dataclasses import dataclass
 
@@ -101,19 +102,24 @@ class Step:
         graph and none of its shared tensors. A graph kept on the model between forwards would keep its memory
         alive until the next forward and make ``copy.deepcopy(model)`` fail (only leaf tensors copy); the
         backward of this forward does not need the state for it (checkpointed layers hold their step)."""
-        done = Step(self.positions.detach(), None if self.key_positions is None else self.key_positions.detach(),
-                    None if self.past_real is None else self.past_real.detach())
-        return done
+        return Step(_detached(self.positions), _detached(self.key_positions), _detached(self.past_real))
 
 
 def _kept(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
+def _detached(tensor: torch.Tensor | None) -> torch.Tensor | None:
+    """``tensor`` without its graph (itself when it has none, as in every ``generate()`` step: no op dispatched)."""
+    return tensor.detach() if tensor is not None and tensor.requires_grad else tensor
+
+
 def check_position_ids(position_ids: torch.Tensor, mask, memory: DecodingMemory | None, b: int, n: int,
                        device) -> None:
     """Refuse ``position_ids`` that differ from what the patch computes: the rank of each real token,
     continuing after the cache. Offsets and packed sequences would otherwise be ignored silently."""
+    if _decoding_ranks_match(position_ids, memory, b, n):
+        return
     real = torch.ones(b, n, dtype=torch.bool, device=device) if mask is None else mask.bool()
     rank = real.to(torch.int64).cumsum(dim=1) - 1
     if memory is not None and memory.num_real is not None:
@@ -130,6 +136,25 @@ def check_position_ids(position_ids: torch.Tensor, mask, memory: DecodingMemory 
             "differ (an offset start, packed sequences) are not supported. Pass position_ids=None, or "
             "attention_mask.cumsum(-1) - 1; give packed sequences as separate rows with padding"
         )
+
+
+@functools.lru_cache(maxsize=32)
+def _is_static_cache(cache_type: type) -> bool:
+    return any(c.__name__ == "StaticCache" for c in cache_type.__mro__)
+
+
+def _decoding_ranks_match(position_ids: torch.Tensor, memory: DecodingMemory | None, b: int, n: int) -> bool:
+    """A decoding step's usual ``position_ids`` (``generate()`` passes them at every token): one new token per row,
+    numbered by the real tokens before it, which is the rank the patch gives a real token there whatever the mask
+    says (a pad token's id is not checked). One comparison instead of the dozen ops of the general check, which
+    runs when this one does not hold."""
+    if (n != 1 or memory is None or memory.num_real is None or position_ids.dim() not in (1, 2)
+            or position_ids.shape[-1] != 1 or position_ids.numel() != b):
+        return False
+    before = memory.num_real
+    if position_ids.dtype != before.dtype or position_ids.device != before.device:
+        return False
+    return torch.equal(position_ids.reshape(b), before)
 
 
 class PatchState(nn.Module):
@@ -170,15 +195,19 @@ class PatchState(nn.Module):
         #: ``layer_idx`` of the self-attention modules our attention functions serve, when the KV cache
         #: should store their keys rotated (RoPE inside attention: cached_keys.py); set when they are bound
         self.cache_layers: frozenset[int] = frozenset()
+        #: ``(beta, detach, extend)`` of the plan's (immutable) config, read once: an option's lookup resolves
+        #: the declared options of every scheme, which every forward (each generated token) would repeat
+        cfg = plan.config
+        self._trajectory_config = (cfg.beta, cfg.detach, cfg.extend)
 
     def trajectory_options(self) -> dict:
         """Keyword arguments of ``trajectory_positions`` for this patch (positions clamped by the source)."""
-        cfg = self.plan.config
-        return dict(beta=cfg.beta, max_positions=None, detach=cfg.detach, monitor=self.monitor)
+        beta, detach, _ = self._trajectory_config
+        return dict(beta=beta, max_positions=None, detach=detach, monitor=self.monitor)
 
     def extension(self) -> float | None:
         """The content-aware extension factor of trajectory positions (``extend``), or ``None``."""
-        return self.plan.config.extend
+        return self._trajectory_config[2]
 
     def keeps_full_state(self) -> bool:
         """Whether decoding after a call needs the call's full trajectory state: a causal model."""
@@ -238,7 +267,7 @@ class PatchState(nn.Module):
         device = embeddings.device
         past_len = 0
         memory = None
-        if past_key_values is not None and any(c.__name__ == "StaticCache" for c in type(past_key_values).__mro__):
+        if past_key_values is not None and _is_static_cache(type(past_key_values)):
             raise NotImplementedError(
                 "hf_trajpe patched models do not support static KV caches (generate(cache_implementation="
                 "'static'), StaticCache): they pass a 4D mask and fixed-size buffers, and the patch needs the "

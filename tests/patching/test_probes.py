@@ -17,6 +17,7 @@ import torch
 from patch_models import build, output, random_ids
 
 import hf_trajpe
+from hf_trajpe.compat import cache_kwarg, output_cache
 from hf_trajpe.patching import CONFIG_NAME, STATE_NAME, PatchConfig, get_handle, load_patch
 
 
@@ -129,6 +130,30 @@ def test_position_ids_that_differ_from_the_ranks_are_refused(family):
         packed = torch.cat([torch.arange(4), torch.arange(4)])[None].expand(2, -1)
         with pytest.raises(ValueError, match="not supported"):
             output(model, input_ids=ids, position_ids=packed)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_a_decoding_steps_position_ids_are_checked_against_the_cached_ranks(family):
+    """A decoding step's ``position_ids`` pass by one comparison when they are the ranks (a padded row's too) and
+    are refused as before when they are not."""
+    model = build(family)
+    ids = random_ids(6, b=2)
+    mask = torch.ones(2, 7, dtype=torch.long)
+    mask[1, :2] = 0
+    with hf_trajpe.patch(model, "trajectory", strength=0.3), torch.no_grad():
+        out = model(input_ids=ids, attention_mask=mask[:, :6], use_cache=True)
+        cache = output_cache(out)
+        new = out.logits[:, -1:].argmax(-1)
+        ranks = torch.tensor([[6], [4]])  # real tokens before the new one: 6 and 4
+
+        def step(**kw):
+            return model(input_ids=new, attention_mask=mask, use_cache=True,
+                         **{cache_kwarg(): copy.deepcopy(cache)}, **kw)
+
+        with pytest.raises(ValueError, match="offset start, packed sequences"):
+            step(position_ids=ranks + 1)
+        given, derived = step(position_ids=ranks), step()
+    torch.testing.assert_close(given.logits, derived.logits, rtol=0, atol=0)
 
 
 # -- static cache -------------------------------------------------------------------------------------
