@@ -88,6 +88,19 @@ def test_sign_test_is_exact_and_paired():
         sign_test([1, 0], [1])
 
 
+def test_prompts_that_all_differ_alike_give_an_exact_bound_not_a_point():
+    """Ten wins of ten (or ten ties) have no spread: a bootstrap would give [+1, +1] ([0, 0]); the bound is
+    Clopper-Pearson's on the differences mapped to [0, 1]."""
+    wins = sign_test([1] * 10, [0] * 10, n_resamples=200)
+    lo, _ = clopper_pearson(10, 10)
+    assert wins["ci"] == pytest.approx([2 * lo - 1, 1.0]) and wins["ci_method"].startswith("exact")
+    assert 0.37 < wins["ci"][0] < 0.39 and wins["p_value"] == pytest.approx(2 / 1024)
+    ties = sign_test([1] * 10, [1] * 10, n_resamples=200)
+    assert ties["ci"][0] == pytest.approx(-ties["ci"][1]) and 0.6 < ties["ci"][1] < 0.65
+    spread = sign_test([1, 1, 0, 1], [0, 0, 0, 0], n_resamples=200)
+    assert spread["ci_method"] == "bootstrap"
+
+
 def test_effective_length_is_the_longest_length_before_the_first_failure():
     assert effective_length({4096: 0.9, 8192: 0.8, 16384: 0.5, 32768: 0.85}, 0.75) == 8192
     assert effective_length({4096: 0.5}, 0.75) is None

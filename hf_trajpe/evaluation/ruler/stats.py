@@ -97,9 +97,21 @@ def sign_test(method: Sequence[float], baseline: Sequence[float], n_resamples: i
     wins, losses = int((diff > 0).sum()), int((diff < 0).sum())
     n = wins + losses
     tail = sum(math.comb(n, k) for k in range(min(wins, losses) + 1)) / 2**n if n else 1.0
-    ci = bootstrap_ci(diff, n_resamples=n_resamples, level=level, seed=seed) if a.size > 1 else (float(diff[0]),) * 2
-    return {"diff": float(diff.mean()), "ci": [float(ci[0]), float(ci[1])], "wins": wins, "losses": losses,
-            "ties": int(a.size - n), "p_value": min(1.0, 2 * tail), "n": int(a.size)}
+    if np.ptp(diff) > 0:
+        ci, how = bootstrap_ci(diff, n_resamples=n_resamples, level=level, seed=seed), "bootstrap"
+    else:  # every prompt differs alike: a bootstrap would give a zero-width interval, certainty from no spread
+        ci, how = exact_difference_bound(float(diff.mean()), a.size, level), "exact bound (no spread)"
+    return {"diff": float(diff.mean()), "ci": [float(ci[0]), float(ci[1])], "ci_method": how, "wins": wins,
+            "losses": losses, "ties": int(a.size - n), "p_value": min(1.0, 2 * tail), "n": int(a.size)}
+
+
+def exact_difference_bound(mean: float, n: int, level: float = 0.95) -> tuple[float, float]:
+    """The interval of a mean paired difference in [-1, 1] from ``n`` prompts that all differ by ``mean``:
+    Clopper-Pearson on the differences mapped to [0, 1] (``(d + 1) / 2``, at the fractional count where
+    ``mean`` is not +-1), mapped back; conservative as for a cell. 10 wins of 10: [+0.38, +1]; 10 ties:
+    [-0.62, +0.62], never the point the bootstrap would give."""
+    lo, hi = clopper_pearson(n * (mean + 1.0) / 2.0, n, level)
+    return 2.0 * lo - 1.0, 2.0 * hi - 1.0
 
 
 def effective_length(scores: Mapping[int, float], threshold: float) -> int | None:

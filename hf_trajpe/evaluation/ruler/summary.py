@@ -83,7 +83,8 @@ def summarize(table: dict, baseline: str | None = None, reference_length: int | 
     return {
         "level": level, "interval": INTERVAL_METHOD,
         "comparison_test": "exact two-sided sign test on the prompts where the scores differ (exact McNemar for "
-                           "0/1 scores); mean paired difference with a percentile bootstrap interval over prompts",
+                           "0/1 scores); mean paired difference with a percentile bootstrap interval over prompts (an "
+                           "exact Clopper-Pearson bound where every prompt differs alike: no zero-width interval)",
         "cells": _cells(rows, ("method", "task", "haystack", "length"), level),
         "by_length": by_length,
         "by_task": _cells(rows, ("method", "task", "length"), level),
