@@ -26,6 +26,7 @@ from __future__ import annotations
 import torch
 
 from ..encodings.rotary import rotary_cos_sin
+from .remap_fused import Segment, fused_usable, segment_attention
 from .rotation import rotate_part
 from .state import ROTARY_FREQUENCIES, PatchState
 
@@ -98,6 +99,54 @@ def block_size(b: int, h: int, t: int) -> int:
     return max(16, min(BLOCK_QUERIES, SCORE_BUDGET // max(1, b * h * t)))
 
 
+def _span(columns: torch.Tensor) -> tuple[int, int] | None:
+    """``(first, last + 1)`` of the true entries of the bool vector ``columns``; ``None`` if there are none."""
+    hit = columns.nonzero()
+    return None if hit.numel() == 0 else (int(hit[0]), int(hit[-1]) + 1)
+
+
+#: the fewest keys of a region in which every pair is that region's and allowed, scored as a segment of its own
+#: (without a mask) rather than inside the masked rest
+PURE_RUN = 64
+
+
+def _segments(pairs: torch.Tensor, region: int, offset: int) -> list[Segment]:
+    """The segments of one region (``pairs``: bool ``[b|1, 1, rows, k]``, its allowed pairs over the block's keys
+    from ``offset``): the keys it occurs at, split around its longest-leading run of keys where every pair is
+    its own (scored without a mask)."""
+    box = _span(pairs.any(dim=(0, 1, 2)))
+    if box is None:
+        return []
+    a, z = box
+    every = pairs[..., a:z].all(dim=(0, 1, 2))
+    run = _span(every)
+    if run is not None:
+        p0 = run[0]
+        rest = _span(~every[p0:])
+        p1 = z - a if rest is None else p0 + rest[0]
+        if p1 - p0 >= PURE_RUN:
+            parts = [(a, a + p0, True), (a + p0, a + p1, False), (a + p1, z, True)]
+            return [Segment(region, offset + lo, offset + hi, pairs[..., lo:hi] if masked else None)
+                    for lo, hi, masked in parts if hi > lo]
+    return [Segment(region, offset + a, offset + z, pairs[..., a:z])]
+
+
+class _Keys:
+    """The keys rotated at each key table's positions: all of them once per layer where several blocks read
+    them, else only the range a segment asks for."""
+
+    def __init__(self, key: torch.Tensor, tables: list, whole: bool) -> None:
+        self.key, self.tables, self.whole, self.rotated = key, tables, whole, {}
+
+    def __call__(self, table: int, start: int, stop: int) -> torch.Tensor:
+        if self.whole:
+            if table not in self.rotated:
+                self.rotated[table] = rotate_part(self.key, *self.tables[table])
+            return self.rotated[table][:, :, start:stop]
+        cos, sin = self.tables[table]
+        return rotate_part(self.key[:, :, start:stop], cos[:, start:stop], sin[:, start:stop])
+
+
 def remap_attention(st: PatchState, module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                     attention_mask: torch.Tensor | None, scaling: float | None = None, dropout: float = 0.0,
                     softcap: float | None = None, **kwargs) -> tuple[torch.Tensor, None]:
@@ -112,33 +161,59 @@ def remap_attention(st: PatchState, module, query: torch.Tensor, key: torch.Tens
         scaling = getattr(module, "scaling", None) or d ** -0.5
     query_tables, which, key_tables, query_positions, key_positions = _tables(st, module, t, query.dtype,
                                                                                  query.device)
-    keys = [rotate_part(key, cos, sin) for cos, sin in key_tables]  # [b, g, t, d] each
     step = block_size(b, h, t)
+    rotated = _Keys(key, key_tables, whole=n > step)
+    fused = fused_usable(query, key, value, sinks, dropout=dropout, softcap=softcap)
     outputs = []
     for start in range(0, n, step):
         stop = min(n, start + step)
         rows = stop - start
-        region = st.scheme.region_index(query_positions[:, start:stop, None], key_positions[:, None, :])[:, None]
-        scores = None
-        for index, (cos, sin) in enumerate(query_tables):
-            q = rotate_part(query[:, :, start:stop], cos[:, start:stop], sin[:, start:stop])
-            s = torch.matmul(q.reshape(b, g, rep * rows, d), keys[which[index]].transpose(-1, -2))
-            s = s.view(b, h, rows, t) * scaling
-            scores = s if scores is None else torch.where(region == index, s, scores)
-        if softcap is not None:
-            scores = torch.tanh(scores / softcap) * softcap
         allowed = _allowed(attention_mask, start, stop, n, t, query.device)
-        scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
-        acc = torch.promote_types(scores.dtype, torch.float32)  # (float64 stays: its minimum is -inf in float32)
-        if sinks is not None:
-            column = sinks.reshape(1, h, 1, 1).expand(b, h, rows, 1).to(scores.dtype)
-            probs = torch.softmax(torch.cat((scores, column), dim=-1), dim=-1, dtype=acc)[..., :-1]
+        # the keys some query of the block attends to: causal attention reads only up to the block's last query
+        window = _span(allowed.any(dim=(0, 1, 2))) or (0, t)
+        lo, hi = window
+        region = st.scheme.region_index(query_positions[:, start:stop, None], key_positions[:, None, lo:hi])[:, None]
+        allowed = allowed[..., lo:hi]
+        queries = [rotate_part(query[:, :, start:stop], cos[:, start:stop], sin[:, start:stop])
+                   for cos, sin in query_tables]
+        if fused:
+            segments = [seg for index in range(len(query_tables))
+                        for seg in _segments((region == index) & allowed, index, lo)]
+            out = segment_attention([q.reshape(b, g, rep * rows, d) for q in queries],
+                                    lambda index, a, z: rotated(which[index], a, z), value, segments, scaling, rep,
+                                    sinks)
         else:
-            probs = torch.softmax(scores, dim=-1, dtype=acc)
-        probs = probs.to(value.dtype)
-        if dropout:
-            probs = torch.nn.functional.dropout(probs, p=dropout, training=True)
-        out = torch.matmul(probs.view(b, g, rep * rows, t), value)
-        outputs.append(out.view(b, h, rows, value.shape[-1]))
+            out = _materialised(queries, [rotated(which[index], lo, hi) for index in range(len(queries))],
+                                value[:, :, lo:hi], region, allowed, scaling, softcap, sinks, dropout)
+        outputs.append(out.reshape(b, h, rows, value.shape[-1]))
     out = outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=2)
     return out.transpose(1, 2).contiguous(), None
+
+
+def _materialised(queries: list[torch.Tensor], keys: list[torch.Tensor], value: torch.Tensor, region: torch.Tensor,
+                  allowed: torch.Tensor, scaling: float, softcap: float | None, sinks: torch.Tensor | None,
+                  dropout: float) -> torch.Tensor:
+    """One block's attention ``[b, g, rep x rows, d]`` with its scores built whole: per region the product of
+    the block's queries ``[b, h, rows, d]`` with that region's keys ``[b, g, k, d]`` (the block's key window),
+    per pair its region's score, one softmax (float32 at least). For autograd, dropout, soft-capping and
+    devices without the fused kernel."""
+    b, h, rows, d = queries[0].shape
+    g, k = keys[0].shape[1], keys[0].shape[2]
+    rep = h // g
+    scores = None
+    for index, (q, kk) in enumerate(zip(queries, keys)):
+        s = torch.matmul(q.reshape(b, g, rep * rows, d), kk.transpose(-1, -2)).view(b, h, rows, k) * scaling
+        scores = s if scores is None else torch.where(region == index, s, scores)
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
+    scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
+    acc = torch.promote_types(scores.dtype, torch.float32)  # (float64 stays: its minimum is -inf in float32)
+    if sinks is not None:
+        column = sinks.reshape(1, h, 1, 1).expand(b, h, rows, 1).to(scores.dtype)
+        probs = torch.softmax(torch.cat((scores, column), dim=-1), dim=-1, dtype=acc)[..., :-1]
+    else:
+        probs = torch.softmax(scores, dim=-1, dtype=acc)
+    probs = probs.to(value.dtype)
+    if dropout:
+        probs = torch.nn.functional.dropout(probs, p=dropout, training=True)
+    return torch.matmul(probs.view(b, g, rep * rows, k), value)
