@@ -33,7 +33,7 @@ from .state import ROTARY_FREQUENCIES, PatchState
 __all__ = ["BLOCK_QUERIES", "SCORE_BUDGET", "remap_attention"]
 
 #: the most queries per block
-BLOCK_QUERIES = 1024
+BLOCK_QUERIES = 256
 #: the most elements of one ``[b, h, block, t]`` score tensor (2**27 float32: 512 MiB)
 SCORE_BUDGET = 2**27
 
@@ -80,18 +80,33 @@ def _layer_type(module, memo: dict) -> str | None:
     return next((c for c in candidates if c is not None and (ROTARY_FREQUENCIES, c) in memo), None)
 
 
-def _allowed(attention_mask: torch.Tensor | None, start: int, stop: int, n: int, t: int,
-             device: torch.device) -> torch.Tensor:
-    """Bool ``[b|1, 1, block, t]``: the keys each query of the block attends to (the mask the attention gets:
-    bool for sdpa, 0 / dtype-minimum floats for eager), or, without a mask, causal aligned at the end (the
-    last query sees every key)."""
-    if attention_mask is None:
-        rows = torch.arange(start, stop, device=device)[:, None] + (t - n)
-        return (rows >= torch.arange(t, device=device))[None, None]
-    mask = attention_mask[:, :, start:stop, :t] if attention_mask.shape[2] > 1 else attention_mask[..., :t]
-    if mask.dtype == torch.bool:
-        return mask
-    return mask > torch.finfo(mask.dtype).min / 2
+class _BlockMask:
+    """The keys each query of a block ``[start, stop)`` attends to: the mask the attention gets (bool for sdpa,
+    0 / dtype-minimum floats for eager), or, without a mask, causal aligned at the end (the last query sees
+    every key). Read per range of keys, and per key as "some query" / "every query" of the block."""
+
+    def __init__(self, attention_mask: torch.Tensor | None, start: int, stop: int, n: int, t: int,
+                 device: torch.device) -> None:
+        self.start, self.stop, self.offset, self.t, self.device = start, stop, t - n, t, device
+        self.mask = None
+        if attention_mask is not None:
+            mask = attention_mask[:, :, start:stop, :t] if attention_mask.shape[2] > 1 else attention_mask[..., :t]
+            self.mask = mask if mask.dtype == torch.bool else mask > torch.finfo(mask.dtype).min / 2
+
+    def pairs(self, lo: int, hi: int) -> torch.Tensor:
+        """Bool ``[b|1, 1, rows, hi - lo]``: which of keys ``[lo, hi)`` each query attends to."""
+        if self.mask is not None:
+            return self.mask[..., lo:hi]
+        rows = torch.arange(self.start, self.stop, device=self.device)[:, None] + self.offset
+        return (rows >= torch.arange(lo, hi, device=self.device))[None, None]
+
+    def columns(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Bool ``[t]`` twice: the keys some query of the block attends to, and those every query does."""
+        if self.mask is None:
+            keys = torch.arange(self.t, device=self.device)
+            return keys < self.stop + self.offset, keys <= self.start + self.offset
+        flat = self.mask.reshape(-1, self.t).view(torch.uint8)  # (uint8 reductions: far faster than bool ones)
+        return flat.amax(dim=0).bool(), flat.amin(dim=0).bool()
 
 
 def block_size(b: int, h: int, t: int) -> int:
@@ -110,25 +125,49 @@ def _span(columns: torch.Tensor) -> tuple[int, int] | None:
 PURE_RUN = 64
 
 
-def _segments(pairs: torch.Tensor, region: int, offset: int) -> list[Segment]:
-    """The segments of one region (``pairs``: bool ``[b|1, 1, rows, k]``, its allowed pairs over the block's keys
-    from ``offset``): the keys it occurs at, split around its longest-leading run of keys where every pair is
-    its own (scored without a mask)."""
-    box = _span(pairs.any(dim=(0, 1, 2)))
-    if box is None:
+def _segments(scheme, queries: torch.Tensor, keys: torch.Tensor, mask: _BlockMask, count: int) -> list[Segment]:
+    """The segments of a block: per region, the keys where some pair of the block is in it and allowed, split
+    around its first run of at least :data:`PURE_RUN` keys in which every pair is (scored without a mask).
+
+    Which regions a key meets is read from the block's first and last query positions alone: a scheme's region
+    does not decrease with the query position (``RemapScheme.region_index``), so the pairs of each key range
+    between those of the block's smallest and largest position. Only the masked ranges get the region of every
+    pair. ``queries``: the block's positions ``[b, rows]``; ``keys``: ``[b, t]``."""
+    some, every = mask.columns()
+    window = _span(some)
+    if window is None:
         return []
-    a, z = box
-    every = pairs[..., a:z].all(dim=(0, 1, 2))
-    run = _span(every)
-    if run is not None:
-        p0 = run[0]
-        rest = _span(~every[p0:])
-        p1 = z - a if rest is None else p0 + rest[0]
-        if p1 - p0 >= PURE_RUN:
-            parts = [(a, a + p0, True), (a + p0, a + p1, False), (a + p1, z, True)]
-            return [Segment(region, offset + lo, offset + hi, pairs[..., lo:hi] if masked else None)
-                    for lo, hi, masked in parts if hi > lo]
-    return [Segment(region, offset + a, offset + z, pairs[..., a:z])]
+    lo, hi = window
+    near = queries.amin(dim=1, keepdim=True)[:, :, None]
+    far = queries.amax(dim=1, keepdim=True)[:, :, None]
+    least = scheme.region_index(near, keys[:, None, lo:hi]).amin(dim=(0, 1))  # [k]
+    most = scheme.region_index(far, keys[:, None, lo:hi]).amax(dim=(0, 1))
+    some, every = some[lo:hi], every[lo:hi]
+
+    def masked(region: int, a: int, z: int) -> Segment:
+        pairs = scheme.region_index(queries[:, :, None], keys[:, None, lo + a:lo + z])[:, None] == region
+        return Segment(region, lo + a, lo + z, pairs & mask.pairs(lo + a, lo + z))
+
+    segments = []
+    for region in range(count):
+        box = _span(some & (least <= region) & (most >= region))
+        if box is None:
+            continue
+        a, z = box
+        run = _span((every & (least == region) & (most == region))[a:z])
+        if run is not None:
+            p0 = run[0]
+            rest = _span(~(every & (least == region) & (most == region))[a + p0:z])
+            p1 = z - a if rest is None else p0 + rest[0]
+            if p1 - p0 >= PURE_RUN:
+                if p0:
+                    segments.append(masked(region, a, a + p0))
+                segments.append(Segment(region, lo + a + p0, lo + a + p1, None))
+                if a + p1 < z:
+                    segments.append(masked(region, a + p1, z))
+                continue
+        segments.append(masked(region, a, z))
+    return segments
 
 
 class _Keys:
@@ -168,23 +207,21 @@ def remap_attention(st: PatchState, module, query: torch.Tensor, key: torch.Tens
     for start in range(0, n, step):
         stop = min(n, start + step)
         rows = stop - start
-        allowed = _allowed(attention_mask, start, stop, n, t, query.device)
-        # the keys some query of the block attends to: causal attention reads only up to the block's last query
-        window = _span(allowed.any(dim=(0, 1, 2))) or (0, t)
-        lo, hi = window
-        region = st.scheme.region_index(query_positions[:, start:stop, None], key_positions[:, None, lo:hi])[:, None]
-        allowed = allowed[..., lo:hi]
+        mask = _BlockMask(attention_mask, start, stop, n, t, query.device)
         queries = [rotate_part(query[:, :, start:stop], cos[:, start:stop], sin[:, start:stop])
                    for cos, sin in query_tables]
         if fused:
-            segments = [seg for index in range(len(query_tables))
-                        for seg in _segments((region == index) & allowed, index, lo)]
+            segments = _segments(st.scheme, query_positions[:, start:stop], key_positions, mask, len(queries))
             out = segment_attention([q.reshape(b, g, rep * rows, d) for q in queries],
                                     lambda index, a, z: rotated(which[index], a, z), value, segments, scaling, rep,
                                     sinks)
         else:
+            # the keys some query of the block attends to: causal attention reads only up to the last query
+            lo, hi = _span(mask.columns()[0]) or (0, t)
+            region = st.scheme.region_index(query_positions[:, start:stop, None],
+                                            key_positions[:, None, lo:hi])[:, None]
             out = _materialised(queries, [rotated(which[index], lo, hi) for index in range(len(queries))],
-                                value[:, :, lo:hi], region, allowed, scaling, softcap, sinks, dropout)
+                                value[:, :, lo:hi], region, mask.pairs(lo, hi), scaling, softcap, sinks, dropout)
         outputs.append(out.reshape(b, h, rows, value.shape[-1]))
     out = outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=2)
     return out.transpose(1, 2).contiguous(), None
@@ -201,7 +238,7 @@ def _materialised(queries: list[torch.Tensor], keys: list[torch.Tensor], value: 
     g, k = keys[0].shape[1], keys[0].shape[2]
     rep = h // g
     scores = None
-    for index, (q, kk) in enumerate(zip(queries, keys)):
+    for index, (q, kk) in enumerate(zip(queries, keys, strict=True)):
         s = torch.matmul(q.reshape(b, g, rep * rows, d), kk.transpose(-1, -2)).view(b, h, rows, k) * scaling
         scores = s if scores is None else torch.where(region == index, s, scores)
     if softcap is not None:

@@ -104,6 +104,6 @@ def segment_attention(queries: list[torch.Tensor], keys, value: torch.Tensor, se
     acc = torch.promote_types(value.dtype, torch.float32)
     weights = torch.exp(stacked - total).nan_to_num_(0.0).to(acc)  # a query with no key at all: -inf - -inf
     merged = outputs[0].to(acc) * weights[0, ..., None]
-    for out, weight in zip(outputs[1:], weights[1:]):
+    for out, weight in zip(outputs[1:], weights[1:], strict=True):
         merged.addcmul_(out.to(acc), weight[..., None])
     return merged.to(value.dtype)
