@@ -27,7 +27,7 @@ import torch
 
 from ..encodings.rotary import rotary_cos_sin
 from .remap_fused import Segment, fused_usable, segment_attention
-from .rotation import rotate_part
+from .rotation import inference_tables, rotate_part
 from .state import ROTARY_FREQUENCIES, PatchState
 
 __all__ = ["BLOCK_QUERIES", "SCORE_BUDGET", "remap_attention"]
@@ -39,8 +39,9 @@ SCORE_BUDGET = 2**27
 
 
 def _tables(st: PatchState, module, kv: int, dtype: torch.dtype, device: torch.device) -> tuple:
-    """Per region, the ``(cos, sin)`` ``[b, n, r]`` of the queries and the index of its key table; the key tables
-    ``[b, t, r]`` (one per distinct key-position tensor the scheme returns); the query and key positions. Built
+    """Per region, the rotation table of the queries and the index of its key table; the key tables (one per
+    distinct key-position tensor the scheme returns); the query and key positions. A table is ``(cos, sin)``
+    ``[b, n|t, r]`` and their :func:`~.rotation.inference_tables` ``[b, 1, n|t, r]``. Built
     once per forward (and layer type, where the rotary module keeps frequencies per layer type: Gemma 3)."""
     step = st.step
     layer_type = _layer_type(module, step.memo)
@@ -56,7 +57,8 @@ def _tables(st: PatchState, module, kv: int, dtype: torch.dtype, device: torch.d
         regions = st.scheme.regions(queries, keys)
 
         def table(positions):
-            return rotary_cos_sin(positions, inv_freq=inv_freq.to(device), attention_scaling=scaling, dtype=dtype)
+            cos, sin = rotary_cos_sin(positions, inv_freq=inv_freq.to(device), attention_scaling=scaling, dtype=dtype)
+            return (cos, sin, *inference_tables(cos, sin))
 
         key_tables, which, seen = [], [], {}
         with step.sharing():  # (for all layers: not part of one layer's checkpoint; checkpointing.py)
@@ -170,6 +172,22 @@ def _segments(scheme, queries: torch.Tensor, keys: torch.Tensor, mask: _BlockMas
     return segments
 
 
+def _rotate(x: torch.Tensor, table: tuple, start: int, stop: int) -> torch.Tensor:
+    """``x`` ``[b, heads, stop - start, d]`` rotated by rows ``[start, stop)`` of ``table`` (:func:`_tables`). Without
+    autograd in two passes (a product and, per half of the rotary width, one fused multiply-add), which is
+    several times faster than ``rotate_part`` (its ``roll`` copies) and equal to it up to float rounding."""
+    cos, sin, cos4, signed_sin4 = table
+    if torch.is_grad_enabled() and x.requires_grad:
+        return rotate_part(x, cos[:, start:stop], sin[:, start:stop])
+    cos4, signed_sin4 = cos4[:, :, start:stop], signed_sin4[:, :, start:stop]
+    r = cos4.shape[-1]
+    half = r // 2
+    y = x * cos4 if r == x.shape[-1] else torch.cat((x[..., :r] * cos4, x[..., r:]), dim=-1)
+    y[..., :half].addcmul_(x[..., half:r], signed_sin4[..., :half])
+    y[..., half:r].addcmul_(x[..., :half], signed_sin4[..., half:])
+    return y
+
+
 class _Keys:
     """The keys rotated at each key table's positions: all of them once per layer where several blocks read
     them, else only the range a segment asks for."""
@@ -180,10 +198,9 @@ class _Keys:
     def __call__(self, table: int, start: int, stop: int) -> torch.Tensor:
         if self.whole:
             if table not in self.rotated:
-                self.rotated[table] = rotate_part(self.key, *self.tables[table])
+                self.rotated[table] = _rotate(self.key, self.tables[table], 0, self.key.shape[2])
             return self.rotated[table][:, :, start:stop]
-        cos, sin = self.tables[table]
-        return rotate_part(self.key[:, :, start:stop], cos[:, start:stop], sin[:, start:stop])
+        return _rotate(self.key[:, :, start:stop], self.tables[table], start, stop)
 
 
 def remap_attention(st: PatchState, module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -208,8 +225,7 @@ def remap_attention(st: PatchState, module, query: torch.Tensor, key: torch.Tens
         stop = min(n, start + step)
         rows = stop - start
         mask = _BlockMask(attention_mask, start, stop, n, t, query.device)
-        queries = [rotate_part(query[:, :, start:stop], cos[:, start:stop], sin[:, start:stop])
-                   for cos, sin in query_tables]
+        queries = [_rotate(query[:, :, start:stop], table, start, stop) for table in query_tables]
         if fused:
             segments = _segments(st.scheme, query_positions[:, start:stop], key_positions, mask, len(queries))
             out = segment_attention([q.reshape(b, g, rep * rows, d) for q in queries],
