@@ -5,20 +5,34 @@ keys.
 The model's rotary module gives the identity rotation while such a patch is in force (modules.py, or the layer
 hooks of a layer selection), so ``query`` and ``key`` arrive unrotated and the KV cache keeps unrotated keys:
 the same size as the stock cache, and no key is ever stored at a position that changes. Each forward rotates
-every key once per region of the scheme (the scheme may share a key rotation between regions), in every
-layer, so a decoding step costs ``regions x`` the key rotations and score products of one stock step.
+the keys it reads once per key rotation of the scheme (the scheme may share one between regions), in every
+layer: a decoding step rotates every cached key once (the regions' key ranges barely overlap), which is its
+main cost over a stock step.
 
 Queries run in blocks (at most :data:`BLOCK_QUERIES`, fewer when ``b x h x block x t`` scores would exceed
-:data:`SCORE_BUDGET`), so no ``n x t`` score matrix exists for the whole sequence; a block holds a few
-``[b, h, block, t]`` tensors (the scores, one region's scores, the probabilities). Grouped-query heads are not
-repeated: the queries of a key/value head are laid out as rows of one product.
+:data:`SCORE_BUDGET`), and a block reads only the keys some of its queries attend to (causal attention: up to
+its last query), so no ``n x t`` score matrix exists for the whole sequence. Two paths compute a block:
+
+- fused (CPU, no autograd: remap_fused.py): the block's keys are cut into *segments*, per region the keys
+  where it occurs for the block, and within them the run of keys where every pair of the block is that
+  region's and allowed, which needs no mask (Self-Extend's far keys, DCA's earlier chunks: most of a long
+  read). Each segment is one call of torch's fused attention kernel, merged by log-sum-exp: the scores are
+  never written, and the pairs scored twice are those of the masked segments where regions meet (a band of
+  about ``block`` keys per region boundary, plus the causal diagonal). Where a region occurs is read from the
+  block's smallest and largest query position, because a region never decreases with the query position;
+- materialised (autograd, dropout, soft-capped logits, other devices): the block's ``[b, h, block, k]`` scores
+  of every region over its key window, per pair its region's (``torch.where``), masked, one softmax in float32
+  at least, times the values.
+
+Grouped-query heads are not repeated: the queries of a key/value head are laid out as rows of one product.
+Rotations without autograd run in two passes (:func:`_rotate`).
 
 The cos/sin of the remapped positions are built once per forward from the model's frequencies (``inv_freq`` and
 ``attention_scaling``, those of ``rope_parameters`` when given: the rotary stand-in records them in
 ``step.memo``) and shared by all layers.
 
-Shape legend: ``b`` batch, ``h`` query heads, ``g`` key/value heads, ``n`` queries, ``t`` keys, ``d`` head width,
-``r`` rotary width.
+Shape legend: ``b`` batch, ``h`` query heads, ``g`` key/value heads, ``n`` queries, ``t`` keys, ``k`` keys of a
+block's window, ``d`` head width, ``r`` rotary width.
 """
 
 from __future__ import annotations
@@ -30,9 +44,10 @@ from .remap_fused import Segment, fused_usable, segment_attention
 from .rotation import inference_tables, rotate_part
 from .state import ROTARY_FREQUENCIES, PatchState
 
-__all__ = ["BLOCK_QUERIES", "SCORE_BUDGET", "remap_attention"]
+__all__ = ["BLOCK_QUERIES", "PURE_RUN", "SCORE_BUDGET", "remap_attention"]
 
-#: the most queries per block
+#: the most queries per block (the masked segments where regions meet grow with it; on the CPU 256 ran as fast as
+#: 128 and 512 and faster than 1,024)
 BLOCK_QUERIES = 256
 #: the most elements of one ``[b, h, block, t]`` score tensor (2**27 float32: 512 MiB)
 SCORE_BUDGET = 2**27
