@@ -26,7 +26,8 @@ import torch
 
 __all__ = ["MIN_TORCH", "Segment", "fused_usable", "segment_attention"]
 
-#: the first torch whose CPU flash kernel takes ``attn_mask`` and returns ``logsumexp``
+#: the oldest torch trusted with this kernel's signature (``attn_mask`` in, ``logsumexp`` out; exercised here on
+#: 2.13): older ones run the materialised path
 MIN_TORCH = (2, 4)
 
 
