@@ -117,6 +117,16 @@ class _BlockMask:
         rows = torch.arange(self.start, self.stop, device=self.device)[:, None] + self.offset
         return (rows >= torch.arange(lo, hi, device=self.device))[None, None]
 
+    def unseeing(self) -> torch.Tensor | None:
+        """Bool ``[b|1, 1, rows]``: the queries that attend to no key (padding), or ``None`` when every query
+        attends to one."""
+        if self.mask is None:
+            return None  # causal aligned at the end: query i sees keys up to i + t - n >= 0
+        rows = self.stop - self.start
+        blind = self.mask.view(torch.uint8).amax(dim=-1) == 0
+        blind = blind.expand(blind.shape[0], 1, rows)
+        return blind if bool(blind.any()) else None
+
     def columns(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Bool ``[t]`` twice: the keys some query of the block attends to, and those every query does."""
         if self.mask is None:
@@ -146,10 +156,10 @@ def _segments(scheme, queries: torch.Tensor, keys: torch.Tensor, mask: _BlockMas
     """The segments of a block: per region, the keys where some pair of the block is in it and allowed, split
     around its first run of at least :data:`PURE_RUN` keys in which every pair is (scored without a mask).
 
-    Which regions a key meets is read from the block's first and last query positions alone: a scheme's region
-    does not decrease with the query position (``RemapScheme.region_index``), so the pairs of each key range
-    between those of the block's smallest and largest position. Only the masked ranges get the region of every
-    pair. ``queries``: the block's positions ``[b, rows]``; ``keys``: ``[b, t]``."""
+    Which regions a key meets is read from the block's smallest and largest query position alone: a scheme's
+    region does not decrease with the query position (``RemapScheme.region_index``), so the regions of a key's
+    pairs lie between those two. Only the masked ranges get the region of every pair. ``queries``: the block's
+    positions ``[b, rows]``; ``keys``: ``[b, t]``."""
     some, every = mask.columns()
     window = _span(some)
     if window is None:
@@ -253,6 +263,10 @@ def remap_attention(st: PatchState, module, query: torch.Tensor, key: torch.Tens
                                             key_positions[:, None, lo:hi])[:, None]
             out = _materialised(queries, [rotated(which[index], lo, hi) for index in range(len(queries))],
                                 value[:, :, lo:hi], region, mask.pairs(lo, hi), scaling, softcap, sinks, dropout)
+        blind = mask.unseeing() if sinks is None else None
+        if blind is not None:  # as the softmax of equal scores over all keys gave: the mean of every value
+            out = torch.where(blind.reshape(-1, 1, 1, rows, 1), value.mean(dim=2)[:, :, None, None],
+                              out.reshape(b, g, rep, rows, value.shape[-1]))
         outputs.append(out.reshape(b, h, rows, value.shape[-1]))
     out = outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=2)
     return out.transpose(1, 2).contiguous(), None
