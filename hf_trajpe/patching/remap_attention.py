@@ -17,14 +17,18 @@ its last query), so no ``n x t`` score matrix exists for the whole sequence. Two
   where it occurs for the block, and within them the run of keys where every pair of the block is that
   region's and allowed, which needs no mask (Self-Extend's far keys, DCA's earlier chunks: most of a long
   read). Each segment is one call of torch's fused attention kernel, merged by log-sum-exp: the scores are
-  never written, and the pairs scored twice are those of the masked segments where regions meet (a band of
-  about ``block`` keys per region boundary, plus the causal diagonal). Where a region occurs is read from the
+  never written, and the only extra work is in the masked segments where regions meet (a band of about
+  ``block`` keys per region boundary, plus the causal diagonal), whose pairs of another region the kernel
+  scores and masks. Where a region occurs is read from the
   block's smallest and largest query position, because a region never decreases with the query position;
 - materialised (autograd, dropout, soft-capped logits, other devices): the block's ``[b, h, block, k]`` scores
   of every region over its key window, per pair its region's (``torch.where``), masked, one softmax in float32
   at least, times the values.
 
-Grouped-query heads are not repeated: the queries of a key/value head are laid out as rows of one product.
+On both paths a query that attends to no key (a left pad) gets the mean of all values, as a softmax over
+equally masked scores gives (a causal LM's loss reads the last pad, which predicts the first token), unless the
+model has sinks, whose logit then takes all the weight. Grouped-query heads are not repeated: the queries of a
+key/value head are laid out as rows of one product.
 Rotations without autograd run in two passes (:func:`_rotate`).
 
 The cos/sin of the remapped positions are built once per forward from the model's frequencies (``inv_freq`` and
