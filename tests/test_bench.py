@@ -94,13 +94,21 @@ def test_model_decode_memory_alibi_structure(bench_all):
 
 
 def test_remap_structure(bench_all):
-    """Prefill time and peak forward memory of every remap against stock, past the trained length."""
-    result, _ = bench_all
+    """Prefill and per-token decoding time and peak prefill memory of every remap against stock, past the trained
+    length, each with its verdict against the remap limits."""
+    result, md = bench_all
     remap = result["remap"]
-    assert remap["tokens"] > remap["trained_length"]
-    _check_side_by_side(remap["forward"], ["self_extend", "rerope", "dca", "string"], ["seconds"])
-    rows = remap["memory"]["forward"]
-    assert rows["stock"]["step_peak_bytes"] > 0 and set(rows["variants"]) == {"self_extend", "rerope", "dca", "string"}
+    names = {"self_extend", "rerope", "dca", "string"}
+    assert remap["tokens"] > remap["trained_length"] and remap["new_tokens"] >= 2
+    _check_side_by_side(remap["read"], list(names), ["prefill_s", "per_token_s"])
+    rows = remap["memory"]["prefill"]
+    assert rows["stock"]["step_peak_bytes"] > 0 and set(rows["variants"]) == names
+    assert set(remap["verdicts"]) == names
+    for verdicts in remap["verdicts"].values():
+        assert set(verdicts) == set(remap["limits"]) == {"prefill_s", "per_token_s", "memory"}
+        assert verdicts["prefill_s"] == verdicts["per_token_s"] == "unresolved"  # one round decides nothing
+        assert verdicts["memory"] in ("met", "missed")
+    assert "decode ms/token" in md
 
 
 def test_encoding_and_targets(bench_all):

@@ -1,11 +1,19 @@
 """The remap encodings (Self-Extend, ReRoPE, dual chunk attention, STRING) reading past the trained length,
-against the stock model: prefill time and peak memory of one forward, side by side in one run.
+against the stock model: prefill time, decoding time per token and peak memory of the prefill, side by side
+in one run.
 
-The small Llama (trained length 4,096 at the default size) reads ``size.remap_tokens`` tokens (8,192) with each
+The small Llama (trained length 4,096 at the default size) reads ``size.remap_tokens`` tokens (16,384: four
+times its trained length) and then decodes ``size.decode_new`` tokens greedily with the KV cache, with each
 method at its defaults (docs/patching.md, "Remapped relative positions"); stock is the same model with plain
-RoPE and SDPA's fused causal kernel. A remap computes its scores per region in blocks of queries
-(patching/remap_attention.py), so it costs more time than the fused kernel, and its peak memory is a few
-blocks of scores instead of none.
+RoPE and SDPA's fused causal kernel. One ``generate()`` call per measurement gives both times: the prefill is
+the time until the first token's logits are ready, a decoding step the spacing of the later ones
+(decode.StepClock). Peak memory is that of the prefill forward as ``generate()`` runs it (with the KV cache,
+logits of the last token only), measured as in memory.py.
+
+Each ratio is held against a limit (:data:`LIMITS`): the patched prefill and decoding step at most 2.5x and
+1.2x the stock ones (a remap scores some pairs twice where its regions meet, and rotates the keys of each
+region at every step), the prefill's peak memory at most 1.5x. The verdicts read the intervals as the targets
+of the other benchmarks do (intervals.verdict).
 """
 
 from __future__ import annotations
@@ -15,15 +23,19 @@ from collections.abc import Callable, Iterator, Sequence
 
 import torch
 
+from .decode import StepClock
+from .intervals import verdict
 from .memory import PeakMemory, _method, _rows, state_bytes
 from .models import describe_model
 from .setup import Rounds, Size, build_model, random_ids, rounds_for
-from .timing import side_by_side, wall
+from .timing import side_by_side, stopwatch
 
-__all__ = ["REMAPS", "bench_remap"]
+__all__ = ["LIMITS", "REMAPS", "bench_remap"]
 
 #: label -> (encoding, options): every remap at its defaults
 REMAPS: dict[str, tuple[str, dict]] = {name: (name, {}) for name in ("self_extend", "rerope", "dca", "string")}
+#: figure -> the most a remap may cost against stock (paired ratio; memory: the ratio of the prefill's peak)
+LIMITS: dict[str, float] = {"prefill_s": 2.5, "per_token_s": 1.2, "memory": 1.5}
 
 
 def _context(model: torch.nn.Module) -> Callable[[str | None], contextlib.AbstractContextManager]:
@@ -41,6 +53,18 @@ def _context(model: torch.nn.Module) -> Callable[[str | None], contextlib.Abstra
     return context
 
 
+def _verdicts(timing: dict, memory: dict, variants: Sequence[str]) -> dict[str, dict[str, str]]:
+    """Per variant and figure, met / missed / unresolved against :data:`LIMITS`."""
+    out: dict[str, dict[str, str]] = {}
+    for label in variants:
+        figs = timing["variants"][label]
+        out[label] = {key: verdict({"point": figs[key]["paired_ratio"], "low": figs[key]["interval"][0],
+                                    "high": figs[key]["interval"][1], "rounds": figs[key]["rounds"]}, LIMITS[key])
+                      for key in ("prefill_s", "per_token_s")}
+        out[label]["memory"] = "met" if memory["variants"][label]["step_ratio"] <= LIMITS["memory"] else "missed"
+    return out
+
+
 def bench_remap(
     size: Size,
     variants: Sequence[str] = tuple(REMAPS),
@@ -49,31 +73,48 @@ def bench_remap(
     rounds: Rounds | None = None,
     progress: Callable[[str], None] = print,
 ) -> dict[str, object]:
-    """Forward (prefill) time ratios and peak-memory ratios of ``variants`` against stock at ``size.remap_tokens``."""
+    """Prefill and per-token decoding time ratios and prefill peak-memory ratios of ``variants`` against stock
+    at ``size.remap_tokens`` (then ``size.decode_new`` new tokens), with their verdicts against :data:`LIMITS`."""
+    from transformers import GenerationConfig, LogitsProcessorList
+
     rounds = rounds or rounds_for(size, "remap")
-    n = size.remap_tokens
+    n, new = size.remap_tokens, size.decode_new
     variants = list(variants)
-    progress("remap: peak memory (forward)")
+    progress(f"remap: peak memory (prefill of {n} tokens)")
     with PeakMemory(device) as pm:
         model = build_model("llama", size, device, dtype)  # its trained length stays: the remaps read past it
         ids = random_ids(model.config.vocab_size, n, device=device)
         context = _context(model)
 
-        def forward() -> None:
+        def prefill() -> None:
             with torch.no_grad():
-                model(input_ids=ids, use_cache=False)
+                model(input_ids=ids, use_cache=True, logits_to_keep=1)
 
-        forward()  # warm-up: one-time allocations are not the patch's
+        prefill()  # warm-up: one-time allocations are not the patch's
         base: dict[str, int] = {}
         for label in (None, *variants):
             with context(label):
                 base[label or "stock"] = state_bytes(model)
                 with pm.measure(label or "stock"):
-                    forward()
-    progress(f"remap: llama at {n} tokens, forward, {len(variants)} variants x {rounds.repeats}-{rounds.max_rounds} "
-             "paired rounds")
-    timing = side_by_side(lambda: {"seconds": wall(forward, device, rounds.clock)}, variants, context, warmup=1,
-                          progress=lambda s: progress(f"remap: forward {s}"), **rounds.side_by_side())
-    return {"tokens": n, "batch": 1, "trained_length": int(model.config.max_position_embeddings),
-            **rounds.describe(), "config": describe_model(model), "forward": timing,
-            "memory": {"forward": _rows(base, pm.peaks, variants)}, "memory_method": _method(device)}
+                    prefill()
+    gen = GenerationConfig(max_new_tokens=new, min_new_tokens=new, do_sample=False, use_cache=True,
+                           pad_token_id=model.config.pad_token_id, eos_token_id=model.config.eos_token_id)
+
+    def measure() -> dict[str, float]:
+        steps = StepClock(device, rounds.clock)
+        with torch.no_grad(), stopwatch(device, rounds.clock) as t:
+            start = steps.timer()
+            out = model.generate(ids, generation_config=gen, logits_processor=LogitsProcessorList([steps]))
+        if out.shape[1] != n + new:
+            raise RuntimeError(f"generate() made {out.shape[1] - n} tokens, expected {new}")
+        return {"prefill_s": steps.stamps[0] - start, "per_token_s": steps.per_token(), "generate_s": t[0]}
+
+    progress(f"remap: llama at {n} tokens + {new} decoded, {len(variants)} variants x "
+             f"{rounds.repeats}-{rounds.max_rounds} paired rounds")
+    timing = side_by_side(measure, variants, context, warmup=1, progress=lambda s: progress(f"remap: {s}"),
+                          watch=["prefill_s", "per_token_s"], **rounds.side_by_side())
+    memory = _rows(base, pm.peaks, variants)
+    return {"tokens": n, "new_tokens": new, "batch": 1, "trained_length": int(model.config.max_position_embeddings),
+            **rounds.describe(), "config": describe_model(model), "read": timing, "memory": {"prefill": memory},
+            "memory_method": _method(device), "limits": dict(LIMITS),
+            "verdicts": _verdicts(timing, memory, variants)}

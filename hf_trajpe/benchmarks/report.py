@@ -176,12 +176,23 @@ def _alibi(res: dict) -> list[str]:
 
 
 def _remap(res: dict) -> list[str]:
+    limits, verdicts = res["limits"], res["verdicts"]
     out = ["", f"{_cfg(res['config'])} (trained length {res['trained_length']}), batch {res['batch']} x "
-               f"{res['tokens']} tokens, each remap at its defaults; stock: RoPE + causal SDPA.",
-           "", f"Forward (prefill) time, {_rounds(res['forward'])}:", ""]
-    out += _timing_table(res["forward"], "seconds")
-    out += ["", f"Peak memory, forward ({res['memory_method']}):", ""]
-    out += _memory_rows(res["memory"]["forward"]["stock"], res["memory"]["forward"]["variants"])
+               f"{res['tokens']} tokens then {res['new_tokens']} decoded with the KV cache, each remap at its "
+               "defaults; stock: RoPE + causal SDPA.",
+           "", f"Prefill and decoding per token (one generate() per measurement), {_rounds(res['read'])}; limits: "
+               f"prefill {limits['prefill_s']}x, decoding {limits['per_token_s']}x:", ""]
+    read = res["read"]
+    out += ["| encoding | prefill s | paired ratio | 95% interval | verdict | decode ms/token | paired ratio "
+            "| 95% interval | verdict |", "|---|---:|---:|---|---|---:|---:|---|---|",
+            f"| stock | {read['stock']['prefill_s']:.2f} | | | | {read['stock']['per_token_s'] * 1e3:.1f} | | | |"]
+    for label, figs in read["variants"].items():
+        p, d = figs["prefill_s"], figs["per_token_s"]
+        out.append(f"| {label} | {p['median']:.2f} | {p['paired_ratio']:.3f} | {_iv(p['interval'], p['rounds'])} | "
+                   f"{_VERDICT[verdicts[label]['prefill_s']]} | {d['median'] * 1e3:.1f} | {d['paired_ratio']:.3f} | "
+                   f"{_iv(d['interval'], d['rounds'])} | {_VERDICT[verdicts[label]['per_token_s']]} |")
+    out += ["", f"Peak memory of the prefill ({res['memory_method']}); limit {limits['memory']}x on the step peak:", ""]
+    out += _memory_rows(res["memory"]["prefill"]["stock"], res["memory"]["prefill"]["variants"])
     return out
 
 

@@ -83,11 +83,11 @@ SIZES: dict[str, Size] = {
         # a small Llama: 4 layers, 512 wide, 8 heads (GQA, 4 key/value heads), Llama-2 vocabulary
         llama=dict(num_hidden_layers=4, hidden_size=512, intermediate_size=1376, num_attention_heads=8,
                    num_key_value_heads=4, max_position_embeddings=4096, vocab_size=32000),
-        tokens=512, decode_prompt=32, decode_new=32, alibi_tokens=4096, remap_tokens=8192,
+        tokens=512, decode_prompt=32, decode_new=32, alibi_tokens=4096, remap_tokens=16384,
         # at least 6 paired rounds (the fewest that give a verdict; even: both orders equally often), then
         # two at a time while an interval is wider than +-2%, up to max_rounds or budget_s seconds of rounds
-        repeats=dict(encoding=10, models=6, decode=6, alibi=6, remap=2),
-        max_rounds=dict(encoding=60, models=30, decode=30, alibi=16, remap=6),
+        repeats=dict(encoding=10, models=6, decode=6, alibi=6, remap=6),
+        max_rounds=dict(encoding=60, models=30, decode=30, alibi=16, remap=8),
         budget_s=dict(encoding=20, models=90, decode=90, alibi=90, remap=120),
         # then targets still unresolved more than 2% from their limit get pairs of rounds until decided,
         # up to these (alibi has no target)

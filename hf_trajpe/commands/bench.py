@@ -29,8 +29,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="encoding: trajectory positions + encoding vs a table lookup; models: forward and "
                         "training step per encoding; decode: greedy generate() with the KV cache; memory: peak "
                         "memory of a training step; alibi: ALiBi at 4,096 tokens vs stock SDPA; remap: Self-Extend, "
-                        "ReRoPE, DCA and STRING at 8,192 tokens (twice the trained length) vs stock SDPA; all: "
-                        "everything")
+                        "ReRoPE, DCA and STRING reading 16,384 tokens (four times the trained length) and decoding "
+                        "vs stock SDPA; all: everything")
     p.add_argument("--size", default="default", choices=("tiny", "default"),
                    help="default: the full shapes (GPT-2 small, a 4-layer Llama, 512 tokens; docs/benchmarks.md); "
                         "tiny: a few seconds, for the smoke test (default: %(default)s)")

@@ -301,3 +301,48 @@ def test_a_model_rotating_some_layers_in_its_own_code_takes_those_layers_only():
         torch.testing.assert_close(output(model, input_ids=ids), stock, rtol=1e-5, atol=1e-5)
     with hf_trajpe.patch(model, "rerope", window=4, layers=[0]):
         assert not torch.allclose(output(model, input_ids=ids), stock, atol=1e-4)
+
+
+# -- the attention's two paths ------------------------------------------------------------------------------
+@pytest.mark.parametrize("method", [*METHODS, "string/defaults"])
+def test_regions_do_not_decrease_with_the_query_position(method):
+    """The fused path reads the regions a block of queries meets from its smallest and largest position: for
+    every key, a later query never falls in an earlier region (RemapScheme.region_index)."""
+    options = {} if method.endswith("/defaults") else METHODS[method]
+    with hf_trajpe.patch(build("llama"), encoding(method), **options) as handle:
+        scheme = handle.state.scheme
+    positions = torch.arange(300, dtype=torch.float32)
+    region = scheme.region_index(positions[None, :, None], positions[None, None, :])[0]  # [query, key]
+    assert (region[1:] >= region[:-1]).all()
+    assert len(region.unique()) > 1  # several regions: the check is not vacuous
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_fused_segments_equal_the_materialised_scores(monkeypatch, method):
+    """Without autograd on the CPU the attention runs per segment of keys through the fused kernel, merged by
+    log-sum-exp; it equals the path that builds every score (autograd, dropout, soft-capping, other devices),
+    on a left-padded batch (pads included) and on one sequence, in 16-query blocks, with runs of keys scored
+    without a mask from 4 keys on."""
+    model = build("llama")
+    ids, mask = left_padded()
+    inputs = [dict(input_ids=ids, attention_mask=mask), dict(input_ids=ids[:1])]
+    monkeypatch.setattr(remap_attention, "SCORE_BUDGET", 1)
+    monkeypatch.setattr(remap_attention, "PURE_RUN", 4)
+    calls = []
+    fused = remap_attention.segment_attention
+    monkeypatch.setattr(remap_attention, "segment_attention", lambda *a, **k: calls.append(a[3]) or fused(*a, **k))
+    with hf_trajpe.patch(model, encoding(method), **METHODS[method]):
+        got = []
+        for kwargs in inputs:
+            calls.clear()
+            got.append(output(model, **kwargs))
+            assert calls
+        assert any(seg.pairs is None for segs in calls for seg in segs)  # one sequence: unmasked runs were scored
+        monkeypatch.setattr(remap_attention, "fused_usable", lambda *a, **k: False)
+        calls.clear()
+        want = [output(model, **kwargs) for kwargs in inputs]
+        assert not calls
+    # every position, padding too: a query that sees no key gets the mean of all values on both paths (as the
+    # softmax of equal scores gives), which the loss reads at the last pad (it predicts the first token)
+    torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got[1], want[1], rtol=1e-5, atol=1e-5)

@@ -115,7 +115,9 @@ class RemapScheme(Scheme):
 
     def region_index(self, query_positions: torch.Tensor, key_positions: torch.Tensor) -> torch.Tensor:
         """The region of each pair, an integer tensor ``[b, n, t]``, from ``[b, n, 1]`` and ``[b, 1, t]``
-        (float32 ranks). Pairs with ``j > i`` are masked anyway: any region."""
+        (float32 ranks). Pairs with ``j > i`` are masked anyway: any region. For a given key it must not
+        decrease with the query position (farther pairs fall in later regions): the attention reads the regions
+        a block of queries meets from its smallest and largest position (remap_attention.py)."""
         raise NotImplementedError
 
 
