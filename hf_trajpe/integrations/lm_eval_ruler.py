@@ -85,11 +85,11 @@ def run_harness_ruler(model, tokenizer, tokenizer_dir: str | os.PathLike, task: 
     from .lm_eval import harness_lm
 
     _offline_task(task)
-    _ruler_generators()
+    generators = _ruler_generators()
     if not Path(tokenizer_dir).is_dir():
         raise FileNotFoundError(f"{tokenizer_dir} is not a folder; save the tokenizer there first "
                                 "(tokenizer.save_pretrained(folder)): the harness loads it by path")
-    folder = Path(_ruler_generators().__file__).parent
+    folder = Path(generators.__file__).parent
     manager = TaskManager(include_path=str(folder), include_defaults=False,  # (the metadata goes to the generator)
                           metadata={"max_seq_lengths": [length], "tokenizer": str(tokenizer_dir)})
     lm = lm if lm is not None else harness_lm(model, tokenizer, max_length=max_length or length + HARNESS_NEW_TOKENS,
