@@ -77,6 +77,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                       help="kinds of real text: stdlib, license, man (default: all three)")
     long.add_argument("--documents", type=_args.int_at_least(1, "the number of documents"), default=2,
                       help="documents per kind (default: %(default)s)")
+    long.add_argument("--split", choices=("test", "validation"), default="test",
+                      help="files of which split to read: validation to choose a method's settings, test to "
+                           "report them (default: %(default)s)")
     long.add_argument("--passkey-lengths", type=_args.int_at_least(16, "a passkey length"), nargs="*", default=[],
                       metavar="TOKENS", help="passkey prompts of these lengths (default: none)")
     long.add_argument("--passkey-depths", type=float, nargs="+", default=[0.1, 0.5, 0.9], metavar="DEPTH",
@@ -200,7 +203,7 @@ def _run_long_context(args: argparse.Namespace) -> int:
         result = evaluate_long_context({n: p[0] for n, p in models.items()}, patches,
                                        tokenizer=args.tokenizer,
                                        length=args.long_context, trained_length=args.trained_length, kinds=kinds,
-                                       documents=args.documents, passkey_lengths=args.passkey_lengths,
+                                       documents=args.documents, split=args.split, passkey_lengths=args.passkey_lengths,
                                        passkey_depths=args.passkey_depths, passkey_trials=args.passkey_trials,
                                        n_resamples=args.bootstrap, progress=not args.no_progress,
                                        dtype=args.dtype, prefill_chunk=args.prefill_chunk)

@@ -36,7 +36,7 @@ def _log(message: str) -> None:
 
 def evaluate_long_context(models: dict[str, str], patches: dict[str, dict] | None = None, tokenizer: str | None = None,
                           length: int = 12288, trained_length: int | None = None,
-                          kinds: Sequence[str] = LONG_KINDS, documents: int = 2,
+                          kinds: Sequence[str] = LONG_KINDS, documents: int = 2, split: str = "test",
                           passkey_lengths: Sequence[int] = (), passkey_depths: Sequence[float] = (0.1, 0.5, 0.9),
                           passkey_trials: int = 1, edges: Sequence[float] = WINDOW_EDGES, n_resamples: int = 2000,
                           progress: bool = True, dtype: str = "float32", prefill_chunk: int | None = None) -> dict:
@@ -64,7 +64,7 @@ def evaluate_long_context(models: dict[str, str], patches: dict[str, dict] | Non
     for name, source in models.items():
         by_source.setdefault(source, []).append(name)
     result: dict = {"length": length, "edges": list(edges), "kinds": list(kinds), "models": {}, "patches": patches,
-                    "precision": precision, "prefill_chunk": prefill_chunk}
+                    "precision": precision, "prefill_chunk": prefill_chunk, "split": split}
     tok = load_tokenizer(tokenizer or next(iter(models.values())))
     docs = None
     started = time.process_time()
@@ -74,11 +74,11 @@ def evaluate_long_context(models: dict[str, str], patches: dict[str, dict] | Non
         trained = trained_length or trained_length_of(model)
         result["trained_length"] = trained
         if docs is None:
-            docs = {k: long_documents(tok, k, length, documents) for k in kinds}
+            docs = {k: long_documents(tok, k, length, documents, split) for k in kinds}
             empty = [k for k, d in docs.items() if not d]
             if len(empty) == len(kinds):
-                raise FileNotFoundError(f"no document of {', '.join(kinds)} has {length} tokens on this machine; "
-                                        "give a shorter length or other kinds")
+                raise FileNotFoundError(f"no {split} document of {', '.join(kinds)} has {length} tokens on this "
+                                        "machine; give a shorter length or other kinds")
             for k in empty:
                 _log(f"long-context: no {k} document of {length} tokens here; {k} is left out")
             docs = {k: d for k, d in docs.items() if d}
