@@ -130,7 +130,8 @@ def write_long_context_report(result: dict, out: str | Path) -> dict[str, Path]:
     lines = ["# Long context: perplexity by position, passkey retrieval\n",
              f"{result['length']} tokens per document; trained length {result['trained_length']}; windows in "
              "multiples of it; perplexity of the tokens in each window, 95% bootstrap over documents "
-             f"({', '.join(f'{k}: {len(v)}' for k, v in result['documents'].items())}{few}). CPU "
+             + ("of the validation files " if result.get("split") == "validation" else "")
+             + f"({', '.join(f'{k}: {len(v)}' for k, v in result['documents'].items())}{few}). CPU "
              f"{result['cpu_seconds']:.0f} s"
              + (f"; read in {result['precision']['dtype']} ({result['precision']['reason']})" if "precision" in result
                 else "") + ".\n"]

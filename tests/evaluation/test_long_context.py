@@ -119,6 +119,25 @@ def test_the_command_evaluates_a_model_and_its_extensions(tmp_path, capsys):
     assert [w["label"] for w in stock] == ["0-1x", "1-1.5x", "1.5-2x", "2-2.5x"]
     assert stock[0]["ppl"] != ext[0]["ppl"], "yarn changes the frequencies inside the window too"
     assert set(report["documents"]) == {"stdlib", "license"}
+    assert report["split"] == "test"
+
+
+def test_the_validation_split_reads_other_files_than_the_test_split(tmp_path):
+    """Settings are chosen on validation documents; the reported test documents must be others."""
+    from hf_trajpe.evaluation.long_context_run import evaluate_long_context
+
+    model = _tiny_llama(max_positions=64)
+    model.save_pretrained(tmp_path / "tiny")
+    runs = {split: evaluate_long_context({"stock": str(tmp_path / "tiny")}, tokenizer="byte", length=96,
+                                         kinds=["stdlib"], documents=1, split=split, n_resamples=50,
+                                         progress=False)
+            for split in ("validation", "test")}
+    from hf_trajpe.data.real_text import split_of
+
+    for split, report in runs.items():
+        assert report["split"] == split
+        assert [split_of(s.split(":", 1)[1]) for s in report["documents"]["stdlib"]] == [split]
+    assert runs["validation"]["documents"] != runs["test"]["documents"]
 
 
 def test_the_command_checks_its_arguments_before_loading(tmp_path, capsys):
