@@ -120,6 +120,8 @@ def test_the_command_evaluates_a_model_and_its_extensions(tmp_path, capsys):
     assert stock[0]["ppl"] != ext[0]["ppl"], "yarn changes the frequencies inside the window too"
     assert set(report["documents"]) == {"stdlib", "license"}
     assert report["split"] == "test"
+    assert all(report["models"][n]["cpu_seconds"] > 0 for n in ("stock", "yarn"))
+    assert "CPU seconds of each model's reads" in (tmp_path / "out" / "long_context.md").read_text()
 
 
 def test_the_validation_split_reads_other_files_than_the_test_split(tmp_path):
