@@ -385,3 +385,81 @@ def test_the_trainers_micro_batch_step_under_cp_is_the_windows(tmp_path, encodin
     torch.testing.assert_close(sum(r[0] for r in ranks) / 2, plain_loss, rtol=1e-5, atol=1e-6)
     for name, grad in plain_grads.items():
         torch.testing.assert_close(sum(r[1][name] for r in ranks) / 2, grad, rtol=1e-4, atol=1e-5)
+
+
+# -- on GPUs (make test-gpu; skipped here) ---------------------------------------------------------------------------
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (make test-gpu on one)")
+
+
+@contextlib.contextmanager
+def one_rank_cp_mesh():
+    """A process group of one rank and its ``cp`` mesh of size 1: torch's own ``context_parallel`` (sharding and
+    ring attention through its dispatcher) on one GPU, as accelerate binds it (``Accelerator._prepare_cp``)."""
+    import os
+    import socket
+
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+    dist.init_process_group("nccl", rank=0, world_size=1)
+    try:
+        yield init_device_mesh("cuda", (1,), mesh_dim_names=("cp",))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("case", ["llama as built", "llama patched rope", "gpt2 patched native table"])
+def test_torch_context_parallel_on_one_gpu_gives_the_windows_loss_and_gradients(case):
+    """Under torch's real ``context_parallel`` (a group of one: the shard is the window, but the buffers go through
+    its load balancer and DTensor, and attention through its ring dispatcher), the loss and gradients of the
+    sharded step are the plain step's. Run on one GPU; several GPUs: the recipe test below."""
+    import functools
+
+    from torch.distributed.tensor.experimental import context_parallel
+
+    build, encoding, options = CASES[case]
+    model = build().cuda()
+    handle = hf_trajpe.patch(model, encoding, **options) if encoding else None
+    tokens = torch.randint(0, 64, (2, 64), generator=torch.Generator().manual_seed(1)).cuda()
+    labels = tokens.clone()
+    labels[0, :5] = -100
+    ids = global_position_ids(2, 64, SimpleNamespace(target_length=128, chunks=2), seed=1).cuda()
+    window_loss, window_grads = window_loss_and_grads(model, handle, tokens, labels, ids)
+    with one_rank_cp_mesh() as mesh:
+        acc = SimpleNamespace(maybe_context_parallel=functools.partial(context_parallel, mesh=mesh))
+        model.zero_grad(set_to_none=True)
+        with sharded_window(acc, model, handle, tokens, labels, ids, 1) as shard:
+            assert torch.equal(shard.position_ids, ids)
+            loss = shard.loss(model(input_ids=shard.input_ids, use_cache=False, **shard.model_kwargs).logits)
+            loss.backward()
+    torch.testing.assert_close(loss.detach(), window_loss, rtol=1e-4, atol=1e-5)
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, window_grads[name], rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs (context parallelism over 2 ranks)")
+def test_the_recipe_under_fsdp2_cp_starts_from_the_one_gpu_loss(tmp_path):
+    """configs/accelerate/fsdp2_cp.yaml on 2 GPUs (cp 2: one data rank, as on one GPU): the run finishes and its
+    first step's loss, before any update, is the one-GPU run's (bf16 in both)."""
+    import subprocess
+
+    from .runs import ROOT, env, launcher_cmd, losses
+
+    tiny_rope = ROOT / "configs" / "experiments" / "tiny_rope.yaml"
+    out = {}
+    for name in ("gpu", "fsdp2_cp"):
+        out[name] = tmp_path / name
+        cmd = launcher_cmd(tiny_rope, out[name], "train.max_steps=2", "train.eval_every=0", "train.save_every=0",
+                           accelerate_config=ROOT / "configs" / "accelerate" / f"{name}.yaml")
+        proc = subprocess.run(cmd, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, f"{name}:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    one, two = losses(out["gpu"]), losses(out["fsdp2_cp"])
+    assert one.keys() == two.keys() == {1, 2}
+    assert two[1] == pytest.approx(one[1], rel=2e-2)
