@@ -124,11 +124,12 @@ def _encodings(model, handle) -> list[tuple[str, str, bool, int | None, set[str]
 
 
 def check_context_parallel(cp: int, model, handle, *, task: str, length: int, positions: int,
-                           tensor_parallel: int = 1) -> None:
+                           tensor_parallel: int = 1, mixed_precision: str = "bf16") -> None:
     """Refuse, before anything trains, what context parallelism cannot run (module docstring).
 
     ``length``: the tokens of a training window (split into ``2 * cp`` chunks); ``positions``: the largest
-    position id + 1 the windows reach (``length``, or PoSE's ``target_length``)."""
+    position id + 1 the windows reach (``length``, or PoSE's ``target_length``); ``mixed_precision``: the
+    accelerator's (``no``: attention runs in float32)."""
     from ..patching.schemes import get_scheme
 
     if cp <= 1:
@@ -163,6 +164,12 @@ def check_context_parallel(cp: int, model, handle, *, task: str, length: int, po
     if attn not in SDPA_IMPLEMENTATIONS:
         raise ValueError(f"context parallelism replaces scaled_dot_product_attention with torch's ring attention; "
                          f"this model uses attention implementation {attn!r}: set model.attn_implementation: sdpa")
+    heads = getattr(target.config, "num_attention_heads", None)
+    kv_heads = getattr(target.config, "num_key_value_heads", None) or heads
+    if mixed_precision == "no" and heads and kv_heads < heads:
+        raise ValueError(f"context parallelism in float32 cannot run this model's grouped-query attention ({heads} "
+                         f"query heads, {kv_heads} key/value heads): scaled_dot_product_attention takes its math "
+                         "kernel there, which torch's ring attention does not shard; set train.mixed_precision: bf16")
 
 
 def global_position_ids(batch: int, length: int, pose=None, *, seed: int = 0, rank: int = 0,

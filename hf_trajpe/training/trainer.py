@@ -210,7 +210,8 @@ class Trainer(StopControl, RunReport, RunSaving):
         block = self.data.train.shape[1]
         check_context_parallel(self.cp, model, self.handle, task=cfg.model.task, length=block,
                                positions=cfg.pose.target_length if cfg.pose is not None else block,
-                               tensor_parallel=getattr(acc.parallelism_config, "tp_size", 1))
+                               tensor_parallel=getattr(acc.parallelism_config, "tp_size", 1),
+                               mixed_precision=acc.mixed_precision)
         self.monitor = self.handle.attach_monitor() if self.handle is not None else None
         optimizer = build_optimizer([p for p in model.parameters() if p.requires_grad], cfg)
         self.scheduler = build_scheduler(optimizer, cfg)  # not prepared: stepped once per step, any world size

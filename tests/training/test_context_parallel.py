@@ -4,7 +4,7 @@ accelerate's own launcher reads it, the refusals, and the sharding of a micro-ba
 stand-in for torch's ring attention (each rank's queries against the keys of the whole window). Each shard must
 carry the global position ids, its keys must equal the whole window's keys at those positions (so the rotation
 saw the global ids), and the shards' losses and gradients, combined as FSDP combines them, must be the window's.
-The same on real GPUs: tests/test_gpu.py."""
+At the end, marked ``gpu``: torch's own context_parallel on one GPU, and the recipe on two."""
 
 from __future__ import annotations
 
@@ -133,6 +133,10 @@ def test_task_window_length_attention_and_table_are_checked():
         check(model, None, length=30)
     with pytest.raises(ValueError, match="tensor parallelism"):
         check_context_parallel(2, model, None, task="clm", length=32, positions=32, tensor_parallel=2)
+    with pytest.raises(ValueError, match=r"float32 cannot run this model's grouped-query attention \(4 query heads, "
+                                         r"2 key/value heads\).*set train.mixed_precision: bf16"):
+        check_context_parallel(2, model, None, task="clm", length=32, positions=32, mixed_precision="no")
+    check_context_parallel(2, tiny_gpt2(), None, task="clm", length=32, positions=32, mixed_precision="no")
     eager = LlamaForCausalLM._from_config(model.config, attn_implementation="eager")
     with pytest.raises(ValueError, match="attention implementation 'eager': set model.attn_implementation: sdpa"):
         check(eager, None)
@@ -392,10 +396,9 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 
 @contextlib.contextmanager
-def one_rank_cp_mesh():
+def one_rank_cp_mesh(monkeypatch):
     """A process group of one rank and its ``cp`` mesh of size 1: torch's own ``context_parallel`` (sharding and
     ring attention through its dispatcher) on one GPU, as accelerate binds it (``Accelerator._prepare_cp``)."""
-    import os
     import socket
 
     import torch.distributed as dist
@@ -404,7 +407,10 @@ def one_rank_cp_mesh():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+    for key, value in dict(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1",
+                           LOCAL_RANK="0").items():
+        monkeypatch.setenv(key, value)
+    torch.cuda.set_device(0)
     dist.init_process_group("nccl", rank=0, world_size=1)
     try:
         yield init_device_mesh("cuda", (1,), mesh_dim_names=("cp",))
@@ -414,8 +420,9 @@ def one_rank_cp_mesh():
 
 @pytest.mark.gpu
 @needs_cuda
-@pytest.mark.parametrize("case", ["llama as built", "llama patched rope", "gpt2 patched native table"])
-def test_torch_context_parallel_on_one_gpu_gives_the_windows_loss_and_gradients(case):
+@pytest.mark.parametrize("case", ["llama as built", "llama patched rope", "gpt2 patched native table",
+                                  "gpt2 patched rope in attention"])
+def test_torch_context_parallel_on_one_gpu_gives_the_windows_loss_and_gradients(case, monkeypatch):
     """Under torch's real ``context_parallel`` (a group of one: the shard is the window, but the buffers go through
     its load balancer and DTensor, and attention through its ring dispatcher), the loss and gradients of the
     sharded step are the plain step's. Run on one GPU; several GPUs: the recipe test below."""
@@ -424,23 +431,24 @@ def test_torch_context_parallel_on_one_gpu_gives_the_windows_loss_and_gradients(
     from torch.distributed.tensor.experimental import context_parallel
 
     build, encoding, options = CASES[case]
-    model = build().cuda()
+    model = build().cuda().to(torch.bfloat16)  # (float32 grouped-query attention is refused: see the checks)
     handle = hf_trajpe.patch(model, encoding, **options) if encoding else None
     tokens = torch.randint(0, 64, (2, 64), generator=torch.Generator().manual_seed(1)).cuda()
     labels = tokens.clone()
     labels[0, :5] = -100
     ids = global_position_ids(2, 64, SimpleNamespace(target_length=128, chunks=2), seed=1).cuda()
     window_loss, window_grads = window_loss_and_grads(model, handle, tokens, labels, ids)
-    with one_rank_cp_mesh() as mesh:
+    with one_rank_cp_mesh(monkeypatch) as mesh:
         acc = SimpleNamespace(maybe_context_parallel=functools.partial(context_parallel, mesh=mesh))
         model.zero_grad(set_to_none=True)
         with sharded_window(acc, model, handle, tokens, labels, ids, 1) as shard:
             assert torch.equal(shard.position_ids, ids)
             loss = shard.loss(model(input_ids=shard.input_ids, use_cache=False, **shard.model_kwargs).logits)
             loss.backward()
-    torch.testing.assert_close(loss.detach(), window_loss, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(loss.detach(), window_loss.float(), rtol=1e-3, atol=1e-4)
     for name, p in model.named_parameters():
-        torch.testing.assert_close(p.grad, window_grads[name], rtol=1e-3, atol=1e-4)
+        if name in window_grads:
+            torch.testing.assert_close(p.grad, window_grads[name], rtol=1e-2, atol=1e-3)
 
 
 @pytest.mark.gpu
