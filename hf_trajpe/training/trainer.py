@@ -8,6 +8,9 @@ one loop from one CPU process to DDP and FSDP on GPUs.
   uninterrupted run would have seen, so its loss curve is the same. A non-finite loss stops the run.
 - PoSE (``pose`` in the config, :mod:`hf_trajpe.training.pose`): each micro-batch's position ids skip,
   drawn from ``(seed, process, micro-batch index)``; evaluation runs at the windows' own ids.
+- Context parallelism (accelerate's ``parallelism_config`` with ``cp_size``, on FSDP2:
+  :mod:`hf_trajpe.training.context_parallel`): each window split over ``cp`` GPUs, each rank handed the
+  global position ids of its shard, the labels shifted before sharding; the rows are split over the groups.
 - Periodic evaluation per content type through :func:`hf_trajpe.evaluation.score_blocks`.
 - Tracker logging (TensorBoard, JSON lines) of loss, learning rate, gradient norm, tokens/s, the
   strength, and the counters of the patch's monitor (docs/spec.md, section 5).
@@ -46,6 +49,15 @@ from ..evaluation.masking import lm_inputs
 from ..paths import writable_dir
 from .checkpoint import find_resume, read_trainer_state
 from .config import ExperimentConfig
+from .context_parallel import (
+    check_context_parallel,
+    context_parallel_size,
+    data_rank,
+    global_position_ids,
+    launched_context_parallel_size,
+    refuse_cpu_launch,
+    sharded_window,
+)
 from .data import RunData, build_run_data, iterate_rows
 from .files import OutputLock, RunFileError, atomic_write_text, clean_leftovers
 from .model import build_model, check_paths, is_lora, load_run_tokenizer
@@ -158,6 +170,9 @@ class Trainer(StopControl, RunReport, RunSaving):
                 init_kwargs["tensorboard"] = {"purge_step": resume_step + 1}
         if "jsonl" in cfg.logging.trackers:
             log_with.append(JSONLTracker(self.out, resume_step))
+        # before the accelerator, whose FSDP2 set-up on CPU would fail less clearly
+        refuse_cpu_launch(launched_context_parallel_size(),
+                          "cpu" if cfg.train.device == "cpu" or not torch.cuda.is_available() else "cuda")
         self.accelerator = acc = Accelerator(
             cpu=cfg.train.device == "cpu",
             mixed_precision=resolve_mixed_precision(cfg.train.mixed_precision, cfg.train.device),
@@ -170,6 +185,9 @@ class Trainer(StopControl, RunReport, RunSaving):
             acc.wait_for_everyone()
             self.resume_from = find_resume(self.ckpt_root, True, lambda message: None)
         self.fsdp = acc.distributed_type == DistributedType.FSDP
+        self.cp = context_parallel_size(acc)
+        refuse_cpu_launch(self.cp, acc.device.type)
+        self.data_rank, self.data_world = data_rank(acc)  # the cp ranks of a group train on the same rows
         self.log(f"[hf_trajpe] rank {acc.process_index} of world size {acc.num_processes} "
                  f"({acc.distributed_type.value}, device {acc.device}, mixed precision {acc.mixed_precision})")
 
@@ -189,6 +207,11 @@ class Trainer(StopControl, RunReport, RunSaving):
             self.log(f"[hf_trajpe] LoRA: {trainable:,} trainable parameters of {total:,}")
         if cfg.pose is not None:  # refused before anything trains where position ids mean nothing
             check_pose_model(model, self.handle, cfg.pose.target_length)
+        block = self.data.train.shape[1]
+        check_context_parallel(self.cp, model, self.handle, task=cfg.model.task, length=block,
+                               positions=cfg.pose.target_length if cfg.pose is not None else block,
+                               tensor_parallel=getattr(acc.parallelism_config, "tp_size", 1),
+                               mixed_precision=acc.mixed_precision)
         self.monitor = self.handle.attach_monitor() if self.handle is not None else None
         optimizer = build_optimizer([p for p in model.parameters() if p.requires_grad], cfg)
         self.scheduler = build_scheduler(optimizer, cfg)  # not prepared: stepped once per step, any world size
@@ -250,9 +273,29 @@ class Trainer(StopControl, RunReport, RunSaving):
         if cfg.pose is None:
             return self.model(input_ids=inputs, labels=labels, **kwargs).loss
         ids = pose_batch(inputs.shape[0], inputs.shape[1], cfg.pose.target_length, cfg.pose.chunks,
-                         pose_generator(cfg.seed, acc.process_index, k)).to(acc.device)
+                         pose_generator(cfg.seed, self.data_rank, k)).to(acc.device)
         with skipped_positions(self.model, self.handle, ids) as extra:
             return self.model(input_ids=inputs, labels=labels, **kwargs, **extra).loss
+
+    def _forward_backward(self, blocks: torch.Tensor, k: int, loss_mask: torch.Tensor | None,
+                          accum: int) -> torch.Tensor:
+        """Forward and backward of micro-batch ``k``; returns its loss (over ``accum``), detached. Under context
+        parallelism both run inside the sharding context, on this rank's shard."""
+        acc = self.accelerator
+        if self.cp == 1:
+            loss = self._forward(blocks, k, loss_mask) / accum
+            acc.backward(loss)
+            return loss.detach()
+        cfg = self.cfg
+        labels = blocks if loss_mask is None else torch.where(loss_mask, blocks, torch.full_like(blocks, -100))
+        ids = global_position_ids(blocks.shape[0], blocks.shape[1], cfg.pose, seed=cfg.seed, rank=self.data_rank,
+                                  index=k)
+        with sharded_window(acc, self.model, self.handle, blocks.to(acc.device), labels.to(acc.device),
+                            ids.to(acc.device), self.cp) as shard:
+            logits = self.model(input_ids=shard.input_ids, use_cache=False, **shard.model_kwargs).logits
+            loss = shard.loss(logits) / accum
+            acc.backward(loss)
+        return loss.detach()
 
     def train(self) -> str:
         """Train to ``train.max_steps`` (or ``train.stop_after``, or a SIGTERM/SIGINT, or the launcher's
@@ -263,10 +306,10 @@ class Trainer(StopControl, RunReport, RunSaving):
         cfg, acc = self.cfg, self.accelerator
         t = cfg.train
         accum = t.gradient_accumulation_steps
-        batches = iterate_rows(self.data, t.batch_size, acc.process_index, acc.num_processes,
+        batches = iterate_rows(self.data, t.batch_size, self.data_rank, self.data_world,
                                cfg.seed, start=self.step * accum, order=cfg.data.order)
         block = self.data.train.shape[1]
-        tokens_per_step = t.batch_size * block * accum * acc.num_processes
+        tokens_per_step = t.batch_size * block * accum * self.data_world
         bar = tqdm(total=t.max_steps, initial=self.step, desc=f"{cfg.name}", unit="step", dynamic_ncols=True,
                    disable=not (acc.is_main_process and cfg.logging.progress))
         self._install_signal_handlers()
@@ -291,9 +334,7 @@ class Trainer(StopControl, RunReport, RunSaving):
                 k, blocks, loss_mask = next(batches)
                 sync = contextlib.nullcontext() if i == accum - 1 else acc.no_sync(self.model)
                 with sync:
-                    loss = self._forward(blocks, k, loss_mask) / accum
-                    acc.backward(loss)
-                step_loss += loss.detach()
+                    step_loss += self._forward_backward(blocks, k, loss_mask, accum)
             grad_norm = None
             if t.max_grad_norm is not None:
                 grad_norm = acc.clip_grad_norm_(self.model.parameters(), t.max_grad_norm)
@@ -351,7 +392,7 @@ class Trainer(StopControl, RunReport, RunSaving):
         values = {"train/loss": loss, "train/lr": self.scheduler.get_last_lr()[0],
                   "train/tokens_per_second": tokens_per_second,
                   "train/tokens": self.step * self.cfg.train.batch_size * self.data.train.shape[1]
-                  * self.cfg.train.gradient_accumulation_steps * self.accelerator.num_processes}
+                  * self.cfg.train.gradient_accumulation_steps * self.data_world}
         if grad_norm is not None:
             values["train/grad_norm"] = float(grad_norm)
         strength = self._strength_value()
