@@ -27,12 +27,16 @@ import weakref
 
 import torch
 
-from .rotary_tables import rotate_new_keys
+from . import remap_keys, rotary_tables
 
-__all__ = ["PREPARE_ATTR", "is_prepared", "prepare_cache"]
+__all__ = ["KEY_ROTATIONS", "PREPARE_ATTR", "is_prepared", "prepare_cache"]
 
 #: attribute of a cache object: ``{layer_idx: weak reference to the state whose forwards prepare that layer's keys}``
 PREPARE_ATTR = "_hf_trajpe_prepare"
+#: the kind of a scheme (``Scheme.contributes``) -> the keys its layer stores for this forward's new keys
+#: ``[b, g, n, d]``: ``(state, keys, layer_idx) -> keys to store``. RoPE inside attention stores them rotated at
+#: their positions; a remap once per key rotation, side by side on the head axis (remap_keys.py)
+KEY_ROTATIONS = {"rotary": rotary_tables.rotate_new_keys, "remap": remap_keys.rotate_new_keys}
 
 
 def _prepared_update(cache, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
@@ -44,7 +48,8 @@ def _prepared_update(cache, key_states: torch.Tensor, value_states: torch.Tensor
     step = state.step if state is not None else None
     if step is None or step.cache is not cache:
         return stock(cache, key_states, value_states, layer_idx, *args, **kwargs)
-    keys, values = stock(cache, rotate_new_keys(state, key_states), value_states, layer_idx, *args, **kwargs)
+    stored = KEY_ROTATIONS[state.scheme.contributes](state, key_states, layer_idx)
+    keys, values = stock(cache, stored, value_states, layer_idx, *args, **kwargs)
     step.prepared_keys[id(keys)] = keys
     return keys, values
 

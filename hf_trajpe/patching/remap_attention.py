@@ -43,10 +43,11 @@ from __future__ import annotations
 
 import torch
 
-from ..encodings.rotary import rotary_cos_sin
+from . import remap_keys
+from .cached_keys import is_prepared
 from .remap_fused import Segment, fused_usable, segment_attention
-from .rotation import inference_tables, rotate_part
-from .state import ROTARY_FREQUENCIES, PatchState
+from .remap_keys import RotatedKeys, layer_type_names, rotate
+from .state import PatchState
 
 __all__ = ["BLOCK_QUERIES", "PURE_RUN", "SCORE_BUDGET", "remap_attention"]
 
@@ -55,50 +56,6 @@ __all__ = ["BLOCK_QUERIES", "PURE_RUN", "SCORE_BUDGET", "remap_attention"]
 BLOCK_QUERIES = 256
 #: the most elements of one ``[b, h, block, t]`` score tensor (2**27 float32: 512 MiB)
 SCORE_BUDGET = 2**27
-
-
-def _tables(st: PatchState, module, kv: int, dtype: torch.dtype, device: torch.device) -> tuple:
-    """Per region, the rotation table of the queries and the index of its key table; the key tables (one per
-    distinct key-position tensor the scheme returns); the query and key positions. A table is ``(cos, sin)``
-    ``[b, n|t, r]`` and their :func:`~.rotation.inference_tables` ``[b, 1, n|t, r]``. Built
-    once per forward (and layer type, where the rotary module keeps frequencies per layer type: Gemma 3)."""
-    step = st.step
-    layer_type = _layer_type(module, step.memo)
-    memo_key = ("remap", layer_type, kv, dtype, device)
-    if memo_key not in step.memo:
-        frequencies = step.memo.get((ROTARY_FREQUENCIES, layer_type))
-        if frequencies is None:
-            raise RuntimeError(f"{st.plan.scheme}: the model did not call its rotary module in this forward, from "
-                               "which the remap takes its frequencies; this model's layers cannot be remapped")
-        inv_freq, scaling = frequencies
-        queries = step.positions.to(device)
-        keys = step.key_positions[:, -kv:].to(device)
-        regions = st.scheme.regions(queries, keys)
-
-        def table(positions):
-            cos, sin = rotary_cos_sin(positions, inv_freq=inv_freq.to(device), attention_scaling=scaling, dtype=dtype)
-            return (cos, sin, *inference_tables(cos, sin))
-
-        key_tables, which, seen = [], [], {}
-        with step.sharing():  # (for all layers: not part of one layer's checkpoint; checkpointing.py)
-            for _, key_positions in regions:
-                if id(key_positions) not in seen:
-                    seen[id(key_positions)] = len(key_tables)
-                    key_tables.append(table(key_positions))
-                which.append(seen[id(key_positions)])
-            step.memo[memo_key] = ([table(q) for q, _ in regions], which, key_tables, queries, keys)
-    return step.memo[memo_key]
-
-
-def _layer_type(module, memo: dict) -> str | None:
-    """The layer type whose frequencies ``module`` rotates with, where the rotary module keeps one set per layer
-    type (Gemma 3's ``layer_type``, OLMo 3's ``attention_type``, else ``config.layer_types[layer_idx]``);
-    ``None``: one set for every layer."""
-    types = getattr(getattr(module, "config", None), "layer_types", None)
-    index = getattr(module, "layer_idx", None)
-    candidates = (getattr(module, "layer_type", None), getattr(module, "attention_type", None),
-                  types[index] if types is not None and isinstance(index, int) and index < len(types) else None)
-    return next((c for c in candidates if c is not None and (ROTARY_FREQUENCIES, c) in memo), None)
 
 
 class _BlockMask:
@@ -201,60 +158,31 @@ def _segments(scheme, queries: torch.Tensor, keys: torch.Tensor, mask: _BlockMas
     return segments
 
 
-def _rotate(x: torch.Tensor, table: tuple, start: int, stop: int) -> torch.Tensor:
-    """``x`` ``[b, heads, stop - start, d]`` rotated by rows ``[start, stop)`` of ``table`` (:func:`_tables`). Without
-    autograd in two passes (a product and, per half of the rotary width, one fused multiply-add), which is
-    several times faster than ``rotate_part`` (its ``roll`` copies) and equal to it up to float rounding."""
-    cos, sin, cos4, signed_sin4 = table
-    if torch.is_grad_enabled() and x.requires_grad:
-        return rotate_part(x, cos[:, start:stop], sin[:, start:stop])
-    cos4, signed_sin4 = cos4[:, :, start:stop], signed_sin4[:, :, start:stop]
-    r = cos4.shape[-1]
-    half = r // 2
-    y = x * cos4 if r == x.shape[-1] else torch.cat((x[..., :r] * cos4, x[..., r:]), dim=-1)
-    y[..., :half].addcmul_(x[..., half:r], signed_sin4[..., :half])
-    y[..., half:r].addcmul_(x[..., :half], signed_sin4[..., half:])
-    return y
-
-
-class _Keys:
-    """The keys rotated at each key table's positions: all of them once per layer where several blocks read
-    them, else only the range a segment asks for."""
-
-    def __init__(self, key: torch.Tensor, tables: list, whole: bool) -> None:
-        self.key, self.tables, self.whole, self.rotated = key, tables, whole, {}
-
-    def __call__(self, table: int, start: int, stop: int) -> torch.Tensor:
-        if self.whole:
-            if table not in self.rotated:
-                self.rotated[table] = _rotate(self.key, self.tables[table], 0, self.key.shape[2])
-            return self.rotated[table][:, :, start:stop]
-        return _rotate(self.key[:, :, start:stop], self.tables[table], start, stop)
-
-
 def remap_attention(st: PatchState, module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                     attention_mask: torch.Tensor | None, scaling: float | None = None, dropout: float = 0.0,
                     softcap: float | None = None, **kwargs) -> tuple[torch.Tensor, None]:
-    """Attention of ``query`` ``[b, h, n, d]`` over ``key``/``value`` ``[b, g, t, d]`` (unrotated) with the
-    scheme's remapped positions; returns ``([b, n, h, d], None)`` as transformers' attention functions do (no
-    weights: they are never built whole)."""
+    """Attention of ``query`` ``[b, h, n, d]`` over ``value`` ``[b, g, t, d]`` and ``key``: ``[b, g, t, d]``
+    unrotated, or ``[b, R x g, t, d]`` rotated for each of the scheme's ``R`` key rotations where a prepared KV
+    cache returned it (remap_keys.py), with the scheme's remapped positions; returns ``([b, n, h, d], None)`` as
+    transformers' attention functions do (no weights: they are never built whole)."""
     b, h, n, d = query.shape
     sinks = kwargs.get("s_aux")  # a learned logit per head in every softmax (gpt-oss), its weight dropped after
-    g, t = key.shape[1], key.shape[2]
+    g, t = value.shape[1], key.shape[2]
     rep = h // g
     if scaling is None:
         scaling = getattr(module, "scaling", None) or d ** -0.5
-    query_tables, which, key_tables, query_positions, key_positions = _tables(st, module, t, query.dtype,
-                                                                                 query.device)
+    names = layer_type_names(module)
+    query_tables, which, query_positions = remap_keys.query_tables(st, names, query.dtype, query.device)
+    key_positions = st.step.key_positions[:, -t:].to(query.device)
     step = block_size(b, h, t)
-    rotated = _Keys(key, key_tables, whole=n > step)
+    rotated = RotatedKeys(st, names, key, g, max(which) + 1, is_prepared(st.step, key), whole=n > step)
     fused = fused_usable(query, key, value, sinks, dropout=dropout, softcap=softcap)
     outputs = []
     for start in range(0, n, step):
         stop = min(n, start + step)
         rows = stop - start
         mask = _BlockMask(attention_mask, start, stop, n, t, query.device)
-        queries = [_rotate(query[:, :, start:stop], table, start, stop) for table in query_tables]
+        queries = [rotate(query[:, :, start:stop], table, start, stop) for table in query_tables]
         if fused:
             segments = _segments(st.scheme, query_positions[:, start:stop], key_positions, mask, len(queries))
             out = segment_attention([q.reshape(b, g, rep * rows, d) for q in queries],

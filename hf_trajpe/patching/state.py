@@ -24,6 +24,7 @@ from ..encodings.trajectory import TrajectoryPast
 from .cached_keys import prepare_cache
 from .guard import ForwardGuard
 from .plan import PatchPlan, plan_strength
+from .remap_keys import ROTARY_FREQUENCIES
 from .schemes import get_scheme
 from .sources import RankPositions, TrajectoryPositions
 
@@ -34,10 +35,6 @@ __all__ = ["DecodingMemory", "PatchState", "PatchStates", "Step", "MEMORY_ATTR",
 MEMORY_ATTR = "_hf_trajpe_memory"
 #: attribute (in ``__dict__``, not a submodule) by which patched modules find the state
 STATE_ATTR = "_hf_trajpe_state"
-#: ``Step.memo`` key (with the layer type, ``None`` for a rotary module with one set of frequencies) of the model's
-#: rotary frequencies ``(inv_freq, attention_scaling)`` in this forward, put there by the rotary stand-ins when the
-#: rotation runs inside attention at remapped positions (remap_attention.py)
-ROTARY_FREQUENCIES = "rotary_frequencies"
 
 
 def bind_state(module: nn.Module, state: PatchState | None) -> None:
@@ -55,7 +52,7 @@ class DecodingMemory:
     num_real: torch.Tensor | None  # [b] real tokens seen
     key_positions: torch.Tensor | None  # [b, t] positions of every cached key (attention-side schemes)
     trajectory: TrajectoryPast | None
-    prepared: bool = False  # the cache holds rotated keys (cached_keys.py)
+    prepared: bool = False  # the cache holds rotated keys (cached_keys.py; a remap's: one copy per key rotation)
 
     def reorder(self, idx: torch.Tensor) -> DecodingMemory:
         """Select rows, as beam search reorders its cache."""
@@ -193,8 +190,9 @@ class PatchState(nn.Module):
         #: attribute of the KV cache object holding this state's :class:`DecodingMemory` (one per patch of a model)
         self.memory_key = MEMORY_ATTR
         #: ``layer_idx`` of the self-attention modules our attention functions serve, when the KV cache
-        #: should store their keys rotated (RoPE inside attention: cached_keys.py); set when they are bound
-        self.cache_layers: frozenset[int] = frozenset()
+        #: should store their keys rotated (RoPE inside attention, a remap: cached_keys.py), each with the names
+        #: of its layer type (remap_keys.layer_type_names); set when they are bound
+        self.cache_layers: dict[int, tuple[str | None, ...]] = {}
         #: ``(beta, detach, extend)`` of the plan's (immutable) config, read once: an option's lookup resolves
         #: the declared options of every scheme, which every forward (each generated token) would repeat
         cfg = plan.config
