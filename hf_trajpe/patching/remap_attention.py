@@ -158,6 +158,24 @@ def _segments(scheme, queries: torch.Tensor, keys: torch.Tensor, mask: _BlockMas
     return segments
 
 
+def _block_plan(st: PatchState, attention_mask: torch.Tensor | None, query_positions: torch.Tensor,
+                key_positions: torch.Tensor, start: int, stop: int, n: int, t: int, count: int, fused: bool,
+                shared: bool) -> tuple[_BlockMask, list[Segment] | None, torch.Tensor | None]:
+    """What the block ``[start, stop)`` reads from the positions and the mask alone: its mask, its segments (fused
+    path) and the queries that attend to no key (:meth:`_BlockMask.unseeing`). The same in every layer, so where
+    the forward is one block (``shared``: a decoding step) it is planned once per forward (for the layers given the
+    same mask; a longer forward would keep every block's masked segments alive until its end)."""
+    memo_key = ("remap_block", start, stop, n, t, count, fused)
+    hit = st.step.memo.get(memo_key) if shared else None
+    if hit is None or hit[0] is not attention_mask:  # (the id of a freed mask can be reused: compare the object)
+        mask = _BlockMask(attention_mask, start, stop, n, t, query_positions.device)
+        segments = _segments(st.scheme, query_positions[:, start:stop], key_positions, mask, count) if fused else None
+        hit = (attention_mask, mask, segments, mask.unseeing())
+        if shared:
+            st.step.memo[memo_key] = hit
+    return hit[1:]
+
+
 def remap_attention(st: PatchState, module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                     attention_mask: torch.Tensor | None, scaling: float | None = None, dropout: float = 0.0,
                     softcap: float | None = None, **kwargs) -> tuple[torch.Tensor, None]:
@@ -181,10 +199,10 @@ def remap_attention(st: PatchState, module, query: torch.Tensor, key: torch.Tens
     for start in range(0, n, step):
         stop = min(n, start + step)
         rows = stop - start
-        mask = _BlockMask(attention_mask, start, stop, n, t, query.device)
+        mask, segments, blind = _block_plan(st, attention_mask, query_positions, key_positions, start, stop, n, t,
+                                            len(query_tables), fused, shared=n <= step)
         queries = [rotate(query[:, :, start:stop], table, start, stop) for table in query_tables]
         if fused:
-            segments = _segments(st.scheme, query_positions[:, start:stop], key_positions, mask, len(queries))
             out = segment_attention([q.reshape(b, g, rep * rows, d) for q in queries],
                                     lambda index, a, z: rotated(which[index], a, z), value, segments, scaling, rep,
                                     sinks)
@@ -195,8 +213,7 @@ def remap_attention(st: PatchState, module, query: torch.Tensor, key: torch.Tens
                                             key_positions[:, None, lo:hi])[:, None]
             out = _materialised(queries, [rotated(which[index], lo, hi) for index in range(len(queries))],
                                 value[:, :, lo:hi], region, mask.pairs(lo, hi), scaling, softcap, sinks, dropout)
-        blind = mask.unseeing() if sinks is None else None
-        if blind is not None:  # as the softmax of equal scores over all keys gave: the mean of every value
+        if blind is not None and sinks is None:  # as the softmax of equal scores over all keys gave: the mean of every value
             out = torch.where(blind.reshape(-1, 1, 1, rows, 1), value.mean(dim=2)[:, :, None, None],
                               out.reshape(b, g, rep, rows, value.shape[-1]))
         outputs.append(out.reshape(b, h, rows, value.shape[-1]))
