@@ -3,11 +3,11 @@ queries and keys rotated at that region's positions; per pair, the score of its 
 keys.
 
 The model's rotary module gives the identity rotation while such a patch is in force (modules.py, or the layer
-hooks of a layer selection), so ``query`` and ``key`` arrive unrotated and the KV cache keeps unrotated keys:
-the same size as the stock cache, and no key is ever stored at a position that changes. Each forward rotates
-the keys it reads once per key rotation of the scheme (the scheme may share one between regions), in every
-layer: a decoding step rotates every cached key once (the regions' key ranges barely overlap), which is its
-main cost over a stock step.
+hooks of a layer selection), so ``query`` and ``key`` arrive unrotated. A key's rotation depends on its own
+position only, so where ``generate()`` (or any caller) passes a cache object, the cache stores each new key
+rotated once per key rotation of the scheme, side by side on the head axis (remap_keys.py, cached_keys.py), and
+``key`` arrives rotated: a decoding step rotates its query only. Keys of a cache the model made itself arrive
+unrotated and are rotated here once per key rotation (:class:`~.remap_keys.RotatedKeys`).
 
 Queries run in blocks (at most :data:`BLOCK_QUERIES`, fewer when ``b x h x block x t`` scores would exceed
 :data:`SCORE_BUDGET`), and a block reads only the keys some of its queries attend to (causal attention: up to
@@ -28,12 +28,9 @@ its last query), so no ``n x t`` score matrix exists for the whole sequence. Two
 On both paths a query that attends to no key (a left pad) gets the mean of all values, as a softmax over
 equally masked scores gives (a causal LM's loss reads the last pad, which predicts the first token), unless the
 model has sinks, whose logit then takes all the weight. Grouped-query heads are not repeated: the queries of a
-key/value head are laid out as rows of one product.
-Rotations without autograd run in two passes (:func:`_rotate`).
-
-The cos/sin of the remapped positions are built once per forward from the model's frequencies (``inv_freq`` and
-``attention_scaling``, those of ``rope_parameters`` when given: the rotary stand-in records them in
-``step.memo``) and shared by all layers.
+key/value head are laid out as rows of one product. A forward of one block (a decoding step) plans its segments
+once for all layers. The cos/sin of the remapped positions are built once per forward and shared by all layers
+(remap_keys.py).
 
 Shape legend: ``b`` batch, ``h`` query heads, ``g`` key/value heads, ``n`` queries, ``t`` keys, ``k`` keys of a
 block's window, ``d`` head width, ``r`` rotary width.
@@ -43,10 +40,9 @@ from __future__ import annotations
 
 import torch
 
-from . import remap_keys
 from .cached_keys import is_prepared
 from .remap_fused import Segment, fused_usable, segment_attention
-from .remap_keys import RotatedKeys, layer_type_names, rotate
+from .remap_keys import RotatedKeys, layer_type_names, query_tables, rotate
 from .state import PatchState
 
 __all__ = ["BLOCK_QUERIES", "PURE_RUN", "SCORE_BUDGET", "remap_attention"]
@@ -190,18 +186,18 @@ def remap_attention(st: PatchState, module, query: torch.Tensor, key: torch.Tens
     if scaling is None:
         scaling = getattr(module, "scaling", None) or d ** -0.5
     names = layer_type_names(module)
-    query_tables, which, query_positions = remap_keys.query_tables(st, names, query.dtype, query.device)
+    tables, which, query_positions = query_tables(st, names, query.dtype, query.device)
     key_positions = st.step.key_positions[:, -t:].to(query.device)
     step = block_size(b, h, t)
-    rotated = RotatedKeys(st, names, key, g, max(which) + 1, is_prepared(st.step, key), whole=n > step)
+    rotated = RotatedKeys(st, names, key, g, is_prepared(st.step, key), whole=n > step)
     fused = fused_usable(query, key, value, sinks, dropout=dropout, softcap=softcap)
     outputs = []
     for start in range(0, n, step):
         stop = min(n, start + step)
         rows = stop - start
         mask, segments, blind = _block_plan(st, attention_mask, query_positions, key_positions, start, stop, n, t,
-                                            len(query_tables), fused, shared=n <= step)
-        queries = [rotate(query[:, :, start:stop], table, start, stop) for table in query_tables]
+                                            len(tables), fused, shared=n <= step)
+        queries = [rotate(query[:, :, start:stop], table, start, stop) for table in tables]
         if fused:
             out = segment_attention([q.reshape(b, g, rep * rows, d) for q in queries],
                                     lambda index, a, z: rotated(which[index], a, z), value, segments, scaling, rep,
@@ -213,7 +209,7 @@ def remap_attention(st: PatchState, module, query: torch.Tensor, key: torch.Tens
                                             key_positions[:, None, lo:hi])[:, None]
             out = _materialised(queries, [rotated(which[index], lo, hi) for index in range(len(queries))],
                                 value[:, :, lo:hi], region, mask.pairs(lo, hi), scaling, softcap, sinks, dropout)
-        if blind is not None and sinks is None:  # as the softmax of equal scores over all keys gave: the mean of every value
+        if blind is not None and sinks is None:  # as the softmax of equal scores over all keys: every value's mean
             out = torch.where(blind.reshape(-1, 1, 1, rows, 1), value.mean(dim=2)[:, :, None, None],
                               out.reshape(b, g, rep, rows, value.shape[-1]))
         outputs.append(out.reshape(b, h, rows, value.shape[-1]))

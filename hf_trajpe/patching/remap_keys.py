@@ -132,18 +132,13 @@ class RotatedKeys:
     (:func:`rotate_new_keys`), or unrotated keys rotated here, all of them once per layer where several blocks
     read them (``whole``), else only the range a segment asks for."""
 
-    def __init__(self, st, names: tuple[str | None, ...], key: torch.Tensor, heads: int, rotations: int,
-                 prepared: bool, whole: bool) -> None:
-        """``key``: ``[b, g, t, d]`` unrotated, or ``[b, rotations x g, t, d]`` from a prepared cache;
-        ``heads``: ``g``, the key/value heads."""
+    def __init__(self, st, names: tuple[str | None, ...], key: torch.Tensor, heads: int, prepared: bool,
+                 whole: bool) -> None:
+        """``key``: ``[b, g, t, d]`` unrotated, or ``[b, R x g, t, d]`` from a prepared cache (the ``R`` key
+        rotations of this patch: the state refuses a cache another patch filled); ``heads``: ``g``."""
         self.key, self.whole, self.rotated, self.tables = key, whole, {}, None
         if prepared:
-            if key.shape[1] != rotations * heads:
-                raise RuntimeError(
-                    f"{st.plan.scheme}: the KV cache holds {key.shape[1]} key heads for {heads} value heads, not "
-                    f"one copy per key rotation of this remap ({rotations}): it was filled by another patch; start "
-                    "generation again from this patched model")
-            self.rotated = {i: key[:, i * heads:(i + 1) * heads] for i in range(rotations)}
+            self.rotated = {i: key[:, i * heads:(i + 1) * heads] for i in range(key.shape[1] // heads)}
         else:
             self.tables = key_tables(st, names, key.shape[2], key.dtype, key.device)
 

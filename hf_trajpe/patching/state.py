@@ -52,7 +52,9 @@ class DecodingMemory:
     num_real: torch.Tensor | None  # [b] real tokens seen
     key_positions: torch.Tensor | None  # [b, t] positions of every cached key (attention-side schemes)
     trajectory: TrajectoryPast | None
-    prepared: bool = False  # the cache holds rotated keys (cached_keys.py; a remap's: one copy per key rotation)
+    #: the patch (its description) whose rotation the cached keys carry (cached_keys.py; a remap's: one copy per key
+    #: rotation); ``None``: unrotated keys
+    prepared: str | None = None
 
     def reorder(self, idx: torch.Tensor) -> DecodingMemory:
         """Select rows, as beam search reorders its cache."""
@@ -318,11 +320,23 @@ class PatchState(nn.Module):
             key_positions = positions
             if memory is not None:
                 key_positions = torch.cat((memory.key_positions, positions), dim=1)
+        if memory is not None and memory.prepared and self.scheme.contributes == "remap":
+            self._check_rotated_for(memory.prepared)
         prepare = (self.cache_layers and past_key_values is not None and (memory is None or memory.prepared)
                    and prepare_cache(self, past_key_values))  # (memory is None: nothing cached yet)
         self.step = Step(positions, key_positions, memory.num_real if memory is not None else None,
                          past_key_values if prepare else None)
-        self.pending = DecodingMemory(num_real, key_positions, past, bool(prepare)) if use_cache else None
+        self.pending = (DecodingMemory(num_real, key_positions, past, self.describe() if prepare else None)
+                        if use_cache else None)
+
+    def _check_rotated_for(self, patch: str) -> None:
+        """A remap's KV cache holds its keys rotated at the positions of that remap (remap_keys.py): refuse one
+        filled by another patch (``patch``: its description)."""
+        if patch != self.describe():
+            raise RuntimeError(
+                f"this KV cache holds keys rotated for {patch}, not for {self.describe()} (a remap's cache keeps "
+                "its keys rotated at that remap's positions); start generation again from this patched model, or "
+                "pass no cache")
 
     def _skips(self, b: int, n: int, memory, positions: torch.Tensor) -> torch.Tensor:
         """The PoSE skips of this forward, checked: training windows only, one skip per token."""

@@ -9,9 +9,11 @@ pair ``(i, j)`` another relative distance than ``i - j``. Every one of them spli
 region each pair falls in (:meth:`RemapScheme.region_index`); the attention (``patching/remap_attention.py``)
 computes the scores of each region and takes, per pair, the score of its region before one softmax.
 
-The model's own rotation is switched off (its rotary module gives the identity rotation), so attention and
-the KV cache see unrotated queries and keys. ``i`` and ``j`` are the ranks of the real tokens (from the
-attention mask, continuing after the KV cache), so a left-padded row equals the sequence alone.
+The model's own rotation is switched off (its rotary module gives the identity rotation), so attention sees
+unrotated queries and keys. A key's positions follow from its own position alone, so the KV cache stores each
+key rotated once per key rotation (``patching/remap_keys.py``) and a decoding step rotates its query only.
+``i`` and ``j`` are the ranks of the real tokens (from the attention mask, continuing after the KV cache), so a
+left-padded row equals the sequence alone.
 
 Every remap takes ``rope_parameters`` (the rotation it runs over, extended as for ``rope``), and its own options.
 Options that depend on the model (DCA's chunk size, STRING's shift: fractions of the trained length) default
