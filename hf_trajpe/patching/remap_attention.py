@@ -5,7 +5,7 @@ keys.
 The model's rotary module gives the identity rotation while such a patch is in force (modules.py, or the layer
 hooks of a layer selection), so ``query`` and ``key`` arrive unrotated. A key's rotation depends on its own
 position only, so where ``generate()`` (or any caller) passes a cache object, the cache stores each new key
-rotated once per key rotation of the scheme, side by side on the head axis (remap_keys.py, cached_keys.py), and
+rotated once per key rotation of the scheme, side by side in the last axis (remap_keys.py, cached_keys.py), and
 ``key`` arrives rotated: a decoding step rotates its query only. Keys of a cache the model made itself arrive
 unrotated and are rotated here once per key rotation (:class:`~.remap_keys.RotatedKeys`).
 
@@ -40,9 +40,8 @@ from __future__ import annotations
 
 import torch
 
-from .cached_keys import is_prepared
 from .remap_fused import Segment, fused_usable, segment_attention
-from .remap_keys import RotatedKeys, layer_type_names, query_tables, rotate
+from .remap_keys import RotatedKeys, holds_rotated_keys, layer_type_names, query_tables, rotate
 from .state import PatchState
 
 __all__ = ["BLOCK_QUERIES", "PURE_RUN", "SCORE_BUDGET", "remap_attention"]
@@ -176,7 +175,7 @@ def remap_attention(st: PatchState, module, query: torch.Tensor, key: torch.Tens
                     attention_mask: torch.Tensor | None, scaling: float | None = None, dropout: float = 0.0,
                     softcap: float | None = None, **kwargs) -> tuple[torch.Tensor, None]:
     """Attention of ``query`` ``[b, h, n, d]`` over ``value`` ``[b, g, t, d]`` and ``key``: ``[b, g, t, d]``
-    unrotated, or ``[b, R x g, t, d]`` rotated for each of the scheme's ``R`` key rotations where a prepared KV
+    unrotated, or ``[b, g, t, R x d]`` rotated for each of the scheme's ``R`` key rotations where a prepared KV
     cache returned it (remap_keys.py), with the scheme's remapped positions; returns ``([b, n, h, d], None)`` as
     transformers' attention functions do (no weights: they are never built whole)."""
     b, h, n, d = query.shape
@@ -189,7 +188,7 @@ def remap_attention(st: PatchState, module, query: torch.Tensor, key: torch.Tens
     tables, which, query_positions = query_tables(st, names, query.dtype, query.device)
     key_positions = st.step.key_positions[:, -t:].to(query.device)
     step = block_size(b, h, t)
-    rotated = RotatedKeys(st, names, key, g, is_prepared(st.step, key), whole=n > step)
+    rotated = RotatedKeys(st, names, key, d, max(which) + 1, holds_rotated_keys(st, module), whole=n > step)
     fused = fused_usable(query, key, value, sinks, dropout=dropout, softcap=softcap)
     outputs = []
     for start in range(0, n, step):

@@ -5,9 +5,12 @@ the keys rotated for every key rotation as they enter the KV cache; and the rota
 A key's rotation in a remap depends on its own position only (``RemapScheme.regions``): Self-Extend rotates
 its near keys at ``j`` and its far keys at ``j // G``, ReRoPE at ``j`` and 0 (leaky: ``j / k``), DCA every key
 at ``j mod c``, STRING at ``j``. So while a patched forward runs with a cache object (cached_keys.py) the cache
-stores each new key once per key rotation, side by side on its head axis (``[b, R x g, t, d]`` for ``R`` key
+stores each new key once per key rotation, side by side in its last axis (``[b, g, t, R x d]`` for ``R`` key
 rotations: two for Self-Extend and ReRoPE, one for DCA and STRING), and a decoding step rotates only its
-query. A cache filled without that (a forward given no cache object) keeps unrotated keys, which attention
+query. The last axis, because a model may reshape the keys the cache returns along the others before its
+attention (JetMoE repeats their heads), and a key's copies then stay together. Whether a layer's keys arrive
+rotated is known per layer and forward (:func:`holds_rotated_keys`), not from the tensor, which such a model
+replaces. A cache filled without that (a forward given no cache object) keeps unrotated keys, which attention
 rotates at every forward (:class:`RotatedKeys`).
 
 Takes the patch state by duck typing (``plan``, ``scheme``, ``step``, ``cache_layers``), so it imports neither
@@ -24,8 +27,8 @@ import torch
 from ..encodings.rotary import rotary_cos_sin
 from .rotation import inference_tables, rotate_part
 
-__all__ = ["ROTARY_FREQUENCIES", "RotatedKeys", "key_tables", "layer_type_names", "query_tables", "rotate",
-           "rotate_new_keys"]
+__all__ = ["ROTARY_FREQUENCIES", "RotatedKeys", "holds_rotated_keys", "key_tables", "layer_type_names",
+           "query_tables", "rotate", "rotate_new_keys"]
 
 #: ``Step.memo`` key (with the layer type, ``None`` for a rotary module with one set of frequencies) of the model's
 #: rotary frequencies ``(inv_freq, attention_scaling)`` in this forward, put there by the rotary stand-ins when the
@@ -114,17 +117,23 @@ def rotate(x: torch.Tensor, table: tuple, start: int, stop: int, out: torch.Tens
 
 def rotate_new_keys(st, keys: torch.Tensor, layer_idx: int) -> torch.Tensor:
     """The keys of this forward's new tokens ``[b, g, n, d]`` rotated at their positions of each key rotation,
-    side by side on the head axis: ``[b, R x g, n, d]`` (the KV cache stores them: module docstring)."""
+    side by side in the last axis: ``[b, g, n, R x d]`` (the KV cache stores them: module docstring)."""
     b, g, n, d = keys.shape
     tables = key_tables(st, st.cache_layers[layer_idx], n, keys.dtype, keys.device)
     if len(tables) == 1:
         return rotate(keys, tables[0], 0, n)
     if torch.is_grad_enabled() and keys.requires_grad:
-        return torch.cat([rotate(keys, table, 0, n) for table in tables], dim=1)
-    out = keys.new_empty(b, len(tables) * g, n, d)
+        return torch.cat([rotate(keys, table, 0, n) for table in tables], dim=-1)
+    out = keys.new_empty(b, g, n, len(tables) * d)
     for index, table in enumerate(tables):
-        rotate(keys, table, 0, n, out=out[:, index * g:(index + 1) * g])
+        rotate(keys, table, 0, n, out=out[..., index * d:(index + 1) * d])
     return out
+
+
+def holds_rotated_keys(st, module) -> bool:
+    """Whether ``module``'s keys in this forward come from a cache that stores them rotated (a forward with a
+    cache object the state prepares, on a layer it registered: cached_keys.py)."""
+    return st.step.cache is not None and getattr(module, "layer_idx", None) in st.cache_layers
 
 
 class RotatedKeys:
@@ -132,13 +141,18 @@ class RotatedKeys:
     (:func:`rotate_new_keys`), or unrotated keys rotated here, all of them once per layer where several blocks
     read them (``whole``), else only the range a segment asks for."""
 
-    def __init__(self, st, names: tuple[str | None, ...], key: torch.Tensor, heads: int, prepared: bool,
-                 whole: bool) -> None:
-        """``key``: ``[b, g, t, d]`` unrotated, or ``[b, R x g, t, d]`` from a prepared cache (the ``R`` key
-        rotations of this patch: the state refuses a cache another patch filled); ``heads``: ``g``."""
+    def __init__(self, st, names: tuple[str | None, ...], key: torch.Tensor, width: int, rotations: int,
+                 prepared: bool, whole: bool) -> None:
+        """``key``: ``[b, g, t, d]`` unrotated, or ``[b, g, t, rotations x d]`` from a prepared cache (the state
+        refuses a cache another patch filled); ``width``: ``d``, the queries' head width."""
         self.key, self.whole, self.rotated, self.tables = key, whole, {}, None
         if prepared:
-            self.rotated = {i: key[:, i * heads:(i + 1) * heads] for i in range(key.shape[1] // heads)}
+            if key.shape[-1] != rotations * width:
+                raise RuntimeError(
+                    f"{st.plan.scheme}: the keys this layer attends to are {key.shape[-1]} wide, not one copy of "
+                    f"{width} per key rotation ({rotations}) as its KV cache stores them: this model changes the "
+                    "cached keys before its attention; generate with use_cache=False, or patch without a remap")
+            self.rotated = {i: key[..., i * width:(i + 1) * width] for i in range(rotations)}
         else:
             self.tables = key_tables(st, names, key.shape[2], key.dtype, key.device)
 

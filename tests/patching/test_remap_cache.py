@@ -45,21 +45,21 @@ def test_a_keys_rotation_follows_from_its_own_position(method):
 @pytest.mark.parametrize("method", list(METHODS))
 def test_the_cache_holds_rotated_keys_with_the_same_logits(method):
     """A prepared cache (the empty cache object ``generate()`` passes) holds each key once per key rotation, side
-    by side on the head axis; its logits equal, bit for bit, those of a cache the model made itself (unrotated
+    by side in the last axis; its logits equal, bit for bit, those of a cache the model made itself (unrotated
     keys, rotated again at every step), and those of one forward, on a left-padded batch past the window."""
     from transformers import DynamicCache
 
     model = build("llama")
     ids, mask = left_padded((30, 21))
-    g = model.config.num_key_value_heads
+    d = model.config.head_dim
     with hf_trajpe.patch(model, encoding(method), **METHODS[method]):
         full = model(input_ids=ids, attention_mask=mask).logits
         prepared, cache = cached_logits(model, ids, mask, 20, cache=DynamicCache(config=model.config),
                                         return_cache=True)
         plain, other = cached_logits(model, ids, mask, 20, return_cache=True)
     assert cache.__dict__[MEMORY_ATTR].prepared and not other.__dict__[MEMORY_ATTR].prepared
-    assert all(layer.keys.shape[1] == COPIES[method] * g and layer.values.shape[1] == g for layer in cache.layers)
-    assert all(layer.keys.shape[1] == g for layer in other.layers)
+    assert all(layer.keys.shape[-1] == COPIES[method] * d and layer.values.shape[-1] == d for layer in cache.layers)
+    assert all(layer.keys.shape[-1] == d for layer in other.layers)
     assert torch.equal(prepared, plain)
     real = mask.bool()
     torch.testing.assert_close(prepared[real], full[real], rtol=1e-4, atol=1e-5)
@@ -108,9 +108,9 @@ def test_a_layer_selection_keeps_its_own_layers_copies():
         assert set(handle.state.cache_layers) == {1}
         cached = model.generate(ids, use_cache=True, **kw)
         recomputed = model.generate(ids, use_cache=False, **kw)
-    g = model.config.num_key_value_heads
-    keys = [layer.keys.shape[1] for layer in cached.past_key_values.layers]
-    assert keys == [g, 2 * g]
+    d = model.config.head_dim
+    keys = [layer.keys.shape[-1] for layer in cached.past_key_values.layers]
+    assert keys == [d, 2 * d]
     assert torch.equal(cached.sequences, recomputed.sequences)
 
 
@@ -126,3 +126,21 @@ def test_a_cache_filled_by_another_remap_is_refused():
         refused = pytest.raises(RuntimeError, match=r"rotated for self_extend.*start generation again")
         with hf_trajpe.patch(model, "dca", **METHODS["dca"]), refused:
             model(input_ids=ids[:, 20:21], past_key_values=cache, use_cache=True)
+
+
+@pytest.mark.parametrize("method", ["self_extend", "string"])
+def test_a_model_that_repeats_the_cached_keys_heads(method):
+    """JetMoE repeats the heads of the keys its cache returns before attention (a new tensor): the copies of a key
+    stay together in the last axis, and the layer knows its keys are rotated without recognising the tensor."""
+    from hf_trajpe.coverage.tiny import tiny_model
+
+    model = tiny_model("jetmoe")
+    ids = random_ids(30, seed=6)
+    kw = dict(max_new_tokens=6, do_sample=False, pad_token_id=0, eos_token_id=None, output_scores=True,
+              return_dict_in_generate=True)
+    with hf_trajpe.patch(model, encoding(method), **METHODS[method]):
+        cached = model.generate(ids, use_cache=True, **kw)
+        recomputed = model.generate(ids, use_cache=False, **kw)
+    assert cached.past_key_values.layers[0].keys.shape[-1] == COPIES[method] * model.config.kv_channels
+    assert torch.equal(cached.sequences, recomputed.sequences)
+    torch.testing.assert_close(torch.stack(cached.scores), torch.stack(recomputed.scores), rtol=1e-4, atol=1e-4)
