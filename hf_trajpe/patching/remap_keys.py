@@ -137,7 +137,7 @@ def holds_rotated_keys(st, module) -> bool:
 
 
 class RotatedKeys:
-    """The keys rotated for each key rotation, read per range of keys: views of a prepared cache's copies
+    """The keys rotated for each key rotation, read per range of keys: a prepared cache's copies
     (:func:`rotate_new_keys`), or unrotated keys rotated here, all of them once per layer where several blocks
     read them (``whole``), else only the range a segment asks for."""
 
@@ -152,7 +152,10 @@ class RotatedKeys:
                     f"{st.plan.scheme}: the keys this layer attends to are {key.shape[-1]} wide, not one copy of "
                     f"{width} per key rotation ({rotations}) as its KV cache stores them: this model changes the "
                     "cached keys before its attention; generate with use_cache=False, or patch without a remap")
-            self.rotated = {i: key[..., i * width:(i + 1) * width] for i in range(rotations)}
+            # where several blocks read them (a prefill), each copy gathered once: the fused kernel reads keys
+            # in storage of their own faster than every other slice of the last axis
+            copies = [key[..., i * width:(i + 1) * width] for i in range(rotations)]
+            self.rotated = dict(enumerate(c.contiguous() if whole else c for c in copies))
         else:
             self.tables = key_tables(st, names, key.shape[2], key.dtype, key.device)
 
