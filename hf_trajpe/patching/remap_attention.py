@@ -155,17 +155,18 @@ def _segments(scheme, queries: torch.Tensor, keys: torch.Tensor, mask: _BlockMas
 
 def _block_plan(st: PatchState, attention_mask: torch.Tensor | None, query_positions: torch.Tensor,
                 key_positions: torch.Tensor, start: int, stop: int, n: int, t: int, count: int, fused: bool,
-                shared: bool) -> tuple[_BlockMask, list[Segment] | None, torch.Tensor | None]:
+                sinks: bool, shared: bool) -> tuple[_BlockMask, list[Segment] | None, torch.Tensor | None]:
     """What the block ``[start, stop)`` reads from the positions and the mask alone: its mask, its segments (fused
-    path) and the queries that attend to no key (:meth:`_BlockMask.unseeing`). The same in every layer, so where
-    the forward is one block (``shared``: a decoding step) it is planned once per forward (for the layers given the
-    same mask; a longer forward would keep every block's masked segments alive until its end)."""
-    memo_key = ("remap_block", start, stop, n, t, count, fused)
+    path) and, without ``sinks``, the queries that attend to no key (:meth:`_BlockMask.unseeing`). The same in
+    every layer, so where the forward is one block (``shared``: a decoding step) it is planned once per forward
+    (for the layers given the same mask; a longer forward would keep every block's masked segments alive until
+    its end)."""
+    memo_key = ("remap_block", start, stop, n, t, count, fused, sinks)
     hit = st.step.memo.get(memo_key) if shared else None
     if hit is None or hit[0] is not attention_mask:  # (the id of a freed mask can be reused: compare the object)
         mask = _BlockMask(attention_mask, start, stop, n, t, query_positions.device)
         segments = _segments(st.scheme, query_positions[:, start:stop], key_positions, mask, count) if fused else None
-        hit = (attention_mask, mask, segments, mask.unseeing())
+        hit = (attention_mask, mask, segments, None if sinks else mask.unseeing())
         if shared:
             st.step.memo[memo_key] = hit
     return hit[1:]
@@ -195,7 +196,7 @@ def remap_attention(st: PatchState, module, query: torch.Tensor, key: torch.Tens
         stop = min(n, start + step)
         rows = stop - start
         mask, segments, blind = _block_plan(st, attention_mask, query_positions, key_positions, start, stop, n, t,
-                                            len(tables), fused, shared=n <= step)
+                                            len(tables), fused, sinks is not None, shared=n <= step)
         queries = [rotate(query[:, :, start:stop], table, start, stop) for table in tables]
         if fused:
             out = segment_attention([q.reshape(b, g, rep * rows, d) for q in queries],
@@ -208,7 +209,7 @@ def remap_attention(st: PatchState, module, query: torch.Tensor, key: torch.Tens
                                             key_positions[:, None, lo:hi])[:, None]
             out = _materialised(queries, [rotated(which[index], lo, hi) for index in range(len(queries))],
                                 value[:, :, lo:hi], region, mask.pairs(lo, hi), scaling, softcap, sinks, dropout)
-        if blind is not None and sinks is None:  # as the softmax of equal scores over all keys: every value's mean
+        if blind is not None:  # as the softmax of equal scores over all keys gave: the mean of every value
             out = torch.where(blind.reshape(-1, 1, 1, rows, 1), value.mean(dim=2)[:, :, None, None],
                               out.reshape(b, g, rep, rows, value.shape[-1]))
         outputs.append(out.reshape(b, h, rows, value.shape[-1]))
