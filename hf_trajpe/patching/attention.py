@@ -22,6 +22,7 @@ from .attention_inputs import INDEX_ATTR, attention_inputs, merged_bias_mask, ow
 from .key_bias import KEY_BIAS_DTYPES, augmented_qkv
 from .plan import ATTENTION_NAMES, self_attention_modules
 from .remap_attention import remap_attention
+from .remap_keys import layer_type_names
 from .state import STATE_ATTR, PatchState
 from .subnormals import narrow, scale, subnormal_scales
 
@@ -231,12 +232,15 @@ def bind_attention_modules(base: nn.Module, self_attention: tuple[str, ...], sta
     return len(modules)
 
 
-def cache_layers(state: PatchState, modules: list[nn.Module]) -> frozenset[int]:
-    """The KV-cache layer numbers (``layer_idx``) of ``modules`` when the cache should hold their keys
-    rotated (cached_keys.py): a rotation inside attention, and every module numbered; else none."""
-    if state.scheme.contributes != "rotary" or not state.plan.uses_attention:
-        return frozenset()
+def cache_layers(state: PatchState, modules: list[nn.Module]) -> dict[int, tuple[str | None, ...]]:
+    """The KV-cache layer numbers (``layer_idx``) of the ``modules`` whose keys the cache should hold rotated
+    (cached_keys.py: RoPE inside attention, or a remap on the layers it runs on), each with the names of its layer
+    type (for the frequencies a remap rotates with); none unless every module is numbered."""
+    kinds = {"rotary": lambda m: state.plan.uses_attention, "remap": lambda m: _remaps(state, m)}
+    rotates = kinds.get(state.scheme.contributes)
+    if rotates is None:
+        return {}
     numbers = [getattr(m, "layer_idx", None) for m in modules]
     if not numbers or any(not isinstance(i, int) for i in numbers) or len(set(numbers)) != len(numbers):
-        return frozenset()
-    return frozenset(numbers)
+        return {}
+    return {m.layer_idx: layer_type_names(m) for m in modules if rotates(m)}

@@ -3,11 +3,11 @@ queries and keys rotated at that region's positions; per pair, the score of its 
 keys.
 
 The model's rotary module gives the identity rotation while such a patch is in force (modules.py, or the layer
-hooks of a layer selection), so ``query`` and ``key`` arrive unrotated and the KV cache keeps unrotated keys:
-the same size as the stock cache, and no key is ever stored at a position that changes. Each forward rotates
-the keys it reads once per key rotation of the scheme (the scheme may share one between regions), in every
-layer: a decoding step rotates every cached key once (the regions' key ranges barely overlap), which is its
-main cost over a stock step.
+hooks of a layer selection), so ``query`` and ``key`` arrive unrotated. A key's rotation depends on its own
+position only, so where ``generate()`` (or any caller) passes a cache object, the cache stores each new key
+rotated once per key rotation of the scheme, side by side in the last axis (remap_keys.py, cached_keys.py), and
+``key`` arrives rotated: a decoding step rotates its query only. Keys of a cache the model made itself arrive
+unrotated and are rotated here once per key rotation (:class:`~.remap_keys.RotatedKeys`).
 
 Queries run in blocks (at most :data:`BLOCK_QUERIES`, fewer when ``b x h x block x t`` scores would exceed
 :data:`SCORE_BUDGET`), and a block reads only the keys some of its queries attend to (causal attention: up to
@@ -28,12 +28,9 @@ its last query), so no ``n x t`` score matrix exists for the whole sequence. Two
 On both paths a query that attends to no key (a left pad) gets the mean of all values, as a softmax over
 equally masked scores gives (a causal LM's loss reads the last pad, which predicts the first token), unless the
 model has sinks, whose logit then takes all the weight. Grouped-query heads are not repeated: the queries of a
-key/value head are laid out as rows of one product.
-Rotations without autograd run in two passes (:func:`_rotate`).
-
-The cos/sin of the remapped positions are built once per forward from the model's frequencies (``inv_freq`` and
-``attention_scaling``, those of ``rope_parameters`` when given: the rotary stand-in records them in
-``step.memo``) and shared by all layers.
+key/value head are laid out as rows of one product. A forward of one block (a decoding step) plans its segments
+once for all layers. The cos/sin of the remapped positions are built once per forward and shared by all layers
+(remap_keys.py).
 
 Shape legend: ``b`` batch, ``h`` query heads, ``g`` key/value heads, ``n`` queries, ``t`` keys, ``k`` keys of a
 block's window, ``d`` head width, ``r`` rotary width.
@@ -43,10 +40,9 @@ from __future__ import annotations
 
 import torch
 
-from ..encodings.rotary import rotary_cos_sin
 from .remap_fused import Segment, fused_usable, segment_attention
-from .rotation import inference_tables, rotate_part
-from .state import ROTARY_FREQUENCIES, PatchState
+from .remap_keys import RotatedKeys, holds_rotated_keys, layer_type_names, query_tables, rotate
+from .state import PatchState
 
 __all__ = ["BLOCK_QUERIES", "PURE_RUN", "SCORE_BUDGET", "remap_attention"]
 
@@ -55,50 +51,6 @@ __all__ = ["BLOCK_QUERIES", "PURE_RUN", "SCORE_BUDGET", "remap_attention"]
 BLOCK_QUERIES = 256
 #: the most elements of one ``[b, h, block, t]`` score tensor (2**27 float32: 512 MiB)
 SCORE_BUDGET = 2**27
-
-
-def _tables(st: PatchState, module, kv: int, dtype: torch.dtype, device: torch.device) -> tuple:
-    """Per region, the rotation table of the queries and the index of its key table; the key tables (one per
-    distinct key-position tensor the scheme returns); the query and key positions. A table is ``(cos, sin)``
-    ``[b, n|t, r]`` and their :func:`~.rotation.inference_tables` ``[b, 1, n|t, r]``. Built
-    once per forward (and layer type, where the rotary module keeps frequencies per layer type: Gemma 3)."""
-    step = st.step
-    layer_type = _layer_type(module, step.memo)
-    memo_key = ("remap", layer_type, kv, dtype, device)
-    if memo_key not in step.memo:
-        frequencies = step.memo.get((ROTARY_FREQUENCIES, layer_type))
-        if frequencies is None:
-            raise RuntimeError(f"{st.plan.scheme}: the model did not call its rotary module in this forward, from "
-                               "which the remap takes its frequencies; this model's layers cannot be remapped")
-        inv_freq, scaling = frequencies
-        queries = step.positions.to(device)
-        keys = step.key_positions[:, -kv:].to(device)
-        regions = st.scheme.regions(queries, keys)
-
-        def table(positions):
-            cos, sin = rotary_cos_sin(positions, inv_freq=inv_freq.to(device), attention_scaling=scaling, dtype=dtype)
-            return (cos, sin, *inference_tables(cos, sin))
-
-        key_tables, which, seen = [], [], {}
-        with step.sharing():  # (for all layers: not part of one layer's checkpoint; checkpointing.py)
-            for _, key_positions in regions:
-                if id(key_positions) not in seen:
-                    seen[id(key_positions)] = len(key_tables)
-                    key_tables.append(table(key_positions))
-                which.append(seen[id(key_positions)])
-            step.memo[memo_key] = ([table(q) for q, _ in regions], which, key_tables, queries, keys)
-    return step.memo[memo_key]
-
-
-def _layer_type(module, memo: dict) -> str | None:
-    """The layer type whose frequencies ``module`` rotates with, where the rotary module keeps one set per layer
-    type (Gemma 3's ``layer_type``, OLMo 3's ``attention_type``, else ``config.layer_types[layer_idx]``);
-    ``None``: one set for every layer."""
-    types = getattr(getattr(module, "config", None), "layer_types", None)
-    index = getattr(module, "layer_idx", None)
-    candidates = (getattr(module, "layer_type", None), getattr(module, "attention_type", None),
-                  types[index] if types is not None and isinstance(index, int) and index < len(types) else None)
-    return next((c for c in candidates if c is not None and (ROTARY_FREQUENCIES, c) in memo), None)
 
 
 class _BlockMask:
@@ -201,62 +153,52 @@ def _segments(scheme, queries: torch.Tensor, keys: torch.Tensor, mask: _BlockMas
     return segments
 
 
-def _rotate(x: torch.Tensor, table: tuple, start: int, stop: int) -> torch.Tensor:
-    """``x`` ``[b, heads, stop - start, d]`` rotated by rows ``[start, stop)`` of ``table`` (:func:`_tables`). Without
-    autograd in two passes (a product and, per half of the rotary width, one fused multiply-add), which is
-    several times faster than ``rotate_part`` (its ``roll`` copies) and equal to it up to float rounding."""
-    cos, sin, cos4, signed_sin4 = table
-    if torch.is_grad_enabled() and x.requires_grad:
-        return rotate_part(x, cos[:, start:stop], sin[:, start:stop])
-    cos4, signed_sin4 = cos4[:, :, start:stop], signed_sin4[:, :, start:stop]
-    r = cos4.shape[-1]
-    half = r // 2
-    y = x * cos4 if r == x.shape[-1] else torch.cat((x[..., :r] * cos4, x[..., r:]), dim=-1)
-    y[..., :half].addcmul_(x[..., half:r], signed_sin4[..., :half])
-    y[..., half:r].addcmul_(x[..., :half], signed_sin4[..., half:])
-    return y
-
-
-class _Keys:
-    """The keys rotated at each key table's positions: all of them once per layer where several blocks read
-    them, else only the range a segment asks for."""
-
-    def __init__(self, key: torch.Tensor, tables: list, whole: bool) -> None:
-        self.key, self.tables, self.whole, self.rotated = key, tables, whole, {}
-
-    def __call__(self, table: int, start: int, stop: int) -> torch.Tensor:
-        if self.whole:
-            if table not in self.rotated:
-                self.rotated[table] = _rotate(self.key, self.tables[table], 0, self.key.shape[2])
-            return self.rotated[table][:, :, start:stop]
-        return _rotate(self.key[:, :, start:stop], self.tables[table], start, stop)
+def _block_plan(st: PatchState, attention_mask: torch.Tensor | None, query_positions: torch.Tensor,
+                key_positions: torch.Tensor, start: int, stop: int, n: int, t: int, count: int, fused: bool,
+                sinks: bool, shared: bool) -> tuple[_BlockMask, list[Segment] | None, torch.Tensor | None]:
+    """What the block ``[start, stop)`` reads from the positions and the mask alone: its mask, its segments (fused
+    path) and, without ``sinks``, the queries that attend to no key (:meth:`_BlockMask.unseeing`). The same in
+    every layer, so where the forward is one block (``shared``: a decoding step) it is planned once per forward
+    (for the layers given the same mask; a longer forward would keep every block's masked segments alive until
+    its end)."""
+    memo_key = ("remap_block", start, stop, n, t, count, fused, sinks)
+    hit = st.step.memo.get(memo_key) if shared else None
+    if hit is None or hit[0] is not attention_mask:  # (the id of a freed mask can be reused: compare the object)
+        mask = _BlockMask(attention_mask, start, stop, n, t, query_positions.device)
+        segments = _segments(st.scheme, query_positions[:, start:stop], key_positions, mask, count) if fused else None
+        hit = (attention_mask, mask, segments, None if sinks else mask.unseeing())
+        if shared:
+            st.step.memo[memo_key] = hit
+    return hit[1:]
 
 
 def remap_attention(st: PatchState, module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                     attention_mask: torch.Tensor | None, scaling: float | None = None, dropout: float = 0.0,
                     softcap: float | None = None, **kwargs) -> tuple[torch.Tensor, None]:
-    """Attention of ``query`` ``[b, h, n, d]`` over ``key``/``value`` ``[b, g, t, d]`` (unrotated) with the
-    scheme's remapped positions; returns ``([b, n, h, d], None)`` as transformers' attention functions do (no
-    weights: they are never built whole)."""
+    """Attention of ``query`` ``[b, h, n, d]`` over ``value`` ``[b, g, t, d]`` and ``key``: ``[b, g, t, d]``
+    unrotated, or ``[b, g, t, R x d]`` rotated for each of the scheme's ``R`` key rotations where a prepared KV
+    cache returned it (remap_keys.py), with the scheme's remapped positions; returns ``([b, n, h, d], None)`` as
+    transformers' attention functions do (no weights: they are never built whole)."""
     b, h, n, d = query.shape
     sinks = kwargs.get("s_aux")  # a learned logit per head in every softmax (gpt-oss), its weight dropped after
-    g, t = key.shape[1], key.shape[2]
+    g, t = value.shape[1], key.shape[2]
     rep = h // g
     if scaling is None:
         scaling = getattr(module, "scaling", None) or d ** -0.5
-    query_tables, which, key_tables, query_positions, key_positions = _tables(st, module, t, query.dtype,
-                                                                                 query.device)
+    names = layer_type_names(module)
+    tables, which, query_positions = query_tables(st, names, query.dtype, query.device)
+    key_positions = st.step.key_positions[:, -t:].to(query.device)
     step = block_size(b, h, t)
-    rotated = _Keys(key, key_tables, whole=n > step)
+    rotated = RotatedKeys(st, names, key, d, max(which) + 1, holds_rotated_keys(st, module), whole=n > step)
     fused = fused_usable(query, key, value, sinks, dropout=dropout, softcap=softcap)
     outputs = []
     for start in range(0, n, step):
         stop = min(n, start + step)
         rows = stop - start
-        mask = _BlockMask(attention_mask, start, stop, n, t, query.device)
-        queries = [_rotate(query[:, :, start:stop], table, start, stop) for table in query_tables]
+        mask, segments, blind = _block_plan(st, attention_mask, query_positions, key_positions, start, stop, n, t,
+                                            len(tables), fused, sinks is not None, shared=n <= step)
+        queries = [rotate(query[:, :, start:stop], table, start, stop) for table in tables]
         if fused:
-            segments = _segments(st.scheme, query_positions[:, start:stop], key_positions, mask, len(queries))
             out = segment_attention([q.reshape(b, g, rep * rows, d) for q in queries],
                                     lambda index, a, z: rotated(which[index], a, z), value, segments, scaling, rep,
                                     sinks)
@@ -267,7 +209,6 @@ def remap_attention(st: PatchState, module, query: torch.Tensor, key: torch.Tens
                                             key_positions[:, None, lo:hi])[:, None]
             out = _materialised(queries, [rotated(which[index], lo, hi) for index in range(len(queries))],
                                 value[:, :, lo:hi], region, mask.pairs(lo, hi), scaling, softcap, sinks, dropout)
-        blind = mask.unseeing() if sinks is None else None
         if blind is not None:  # as the softmax of equal scores over all keys gave: the mean of every value
             out = torch.where(blind.reshape(-1, 1, 1, rows, 1), value.mean(dim=2)[:, :, None, None],
                               out.reshape(b, g, rep, rows, value.shape[-1]))

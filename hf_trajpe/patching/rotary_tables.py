@@ -65,8 +65,9 @@ def key_tables(st, kv: int, head_dim: int, dtype: torch.dtype, device) -> tuple:
     return memo[key]
 
 
-def rotate_new_keys(st, keys: torch.Tensor) -> torch.Tensor:
+def rotate_new_keys(st, keys: torch.Tensor, layer_idx: int | None = None) -> torch.Tensor:
     """The keys of this forward's new tokens ``[b, g, n, d]``, rotated at their positions (their first
-    ``rotary_width`` dimensions where the patch rotates part of each head)."""
+    ``rotary_width`` dimensions where the patch rotates part of each head); the same for every layer
+    (``layer_idx``)."""
     width = st.plan.rotary_width or keys.shape[-1]
     return rotate_part(keys, *query_tables(st, width, keys.dtype, keys.device))

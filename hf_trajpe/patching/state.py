@@ -24,6 +24,7 @@ from ..encodings.trajectory import TrajectoryPast
 from .cached_keys import prepare_cache
 from .guard import ForwardGuard
 from .plan import PatchPlan, plan_strength
+from .remap_keys import ROTARY_FREQUENCIES
 from .schemes import get_scheme
 from .sources import RankPositions, TrajectoryPositions
 
@@ -34,10 +35,6 @@ __all__ = ["DecodingMemory", "PatchState", "PatchStates", "Step", "MEMORY_ATTR",
 MEMORY_ATTR = "_hf_trajpe_memory"
 #: attribute (in ``__dict__``, not a submodule) by which patched modules find the state
 STATE_ATTR = "_hf_trajpe_state"
-#: ``Step.memo`` key (with the layer type, ``None`` for a rotary module with one set of frequencies) of the model's
-#: rotary frequencies ``(inv_freq, attention_scaling)`` in this forward, put there by the rotary stand-ins when the
-#: rotation runs inside attention at remapped positions (remap_attention.py)
-ROTARY_FREQUENCIES = "rotary_frequencies"
 
 
 def bind_state(module: nn.Module, state: PatchState | None) -> None:
@@ -55,7 +52,9 @@ class DecodingMemory:
     num_real: torch.Tensor | None  # [b] real tokens seen
     key_positions: torch.Tensor | None  # [b, t] positions of every cached key (attention-side schemes)
     trajectory: TrajectoryPast | None
-    prepared: bool = False  # the cache holds rotated keys (cached_keys.py)
+    #: the patch (its description) whose rotation the cached keys carry (cached_keys.py; a remap's: one copy per key
+    #: rotation); ``None``: unrotated keys
+    prepared: str | None = None
 
     def reorder(self, idx: torch.Tensor) -> DecodingMemory:
         """Select rows, as beam search reorders its cache."""
@@ -193,8 +192,9 @@ class PatchState(nn.Module):
         #: attribute of the KV cache object holding this state's :class:`DecodingMemory` (one per patch of a model)
         self.memory_key = MEMORY_ATTR
         #: ``layer_idx`` of the self-attention modules our attention functions serve, when the KV cache
-        #: should store their keys rotated (RoPE inside attention: cached_keys.py); set when they are bound
-        self.cache_layers: frozenset[int] = frozenset()
+        #: should store their keys rotated (RoPE inside attention, a remap: cached_keys.py), each with the names
+        #: of its layer type (remap_keys.layer_type_names); set when they are bound
+        self.cache_layers: dict[int, tuple[str | None, ...]] = {}
         #: ``(beta, detach, extend)`` of the plan's (immutable) config, read once: an option's lookup resolves
         #: the declared options of every scheme, which every forward (each generated token) would repeat
         cfg = plan.config
@@ -320,11 +320,23 @@ class PatchState(nn.Module):
             key_positions = positions
             if memory is not None:
                 key_positions = torch.cat((memory.key_positions, positions), dim=1)
+        if memory is not None and memory.prepared and self.scheme.contributes == "remap":
+            self._check_rotated_for(memory.prepared)
         prepare = (self.cache_layers and past_key_values is not None and (memory is None or memory.prepared)
                    and prepare_cache(self, past_key_values))  # (memory is None: nothing cached yet)
         self.step = Step(positions, key_positions, memory.num_real if memory is not None else None,
                          past_key_values if prepare else None)
-        self.pending = DecodingMemory(num_real, key_positions, past, bool(prepare)) if use_cache else None
+        self.pending = (DecodingMemory(num_real, key_positions, past, self.describe() if prepare else None)
+                        if use_cache else None)
+
+    def _check_rotated_for(self, patch: str) -> None:
+        """A remap's KV cache holds its keys rotated at the positions of that remap (remap_keys.py): refuse one
+        filled by another patch (``patch``: its description)."""
+        if patch != self.describe():
+            raise RuntimeError(
+                f"this KV cache holds keys rotated for {patch}, not for {self.describe()} (a remap's cache keeps "
+                "its keys rotated at that remap's positions); start generation again from this patched model, or "
+                "pass no cache")
 
     def _skips(self, b: int, n: int, memory, positions: torch.Tensor) -> torch.Tensor:
         """The PoSE skips of this forward, checked: training windows only, one skip per token."""

@@ -148,7 +148,7 @@ def test_other_rotary_families_run_and_degenerate_to_stock(model_type):
 # -- the KV cache, generation, padding ------------------------------------------------------------------
 @pytest.mark.parametrize("method", list(METHODS))
 def test_cached_generation_equals_recomputation_past_the_window(method):
-    """Greedy generate() with the KV cache (unrotated keys, remapped at every step) equals use_cache=False,
+    """Greedy generate() with the KV cache (each key stored rotated once per key rotation) equals use_cache=False,
     from a left-padded prompt longer than the window, 12 new tokens."""
     model = build("llama")
     ids, mask = left_padded((30, 21))

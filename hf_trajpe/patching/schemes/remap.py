@@ -9,9 +9,11 @@ pair ``(i, j)`` another relative distance than ``i - j``. Every one of them spli
 region each pair falls in (:meth:`RemapScheme.region_index`); the attention (``patching/remap_attention.py``)
 computes the scores of each region and takes, per pair, the score of its region before one softmax.
 
-The model's own rotation is switched off (its rotary module gives the identity rotation), so attention and
-the KV cache see unrotated queries and keys. ``i`` and ``j`` are the ranks of the real tokens (from the
-attention mask, continuing after the KV cache), so a left-padded row equals the sequence alone.
+The model's own rotation is switched off (its rotary module gives the identity rotation), so attention sees
+unrotated queries and keys. A key's positions follow from its own position alone, so the KV cache stores each
+key rotated once per key rotation (``patching/remap_keys.py``) and a decoding step rotates its query only.
+``i`` and ``j`` are the ranks of the real tokens (from the attention mask, continuing after the KV cache), so a
+left-padded row equals the sequence alone.
 
 Every remap takes ``rope_parameters`` (the rotation it runs over, extended as for ``rope``), and its own options.
 Options that depend on the model (DCA's chunk size, STRING's shift: fractions of the trained length) default
@@ -110,8 +112,25 @@ class RemapScheme(Scheme):
                 key_positions: torch.Tensor) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
         """Per region, in the numbering of :meth:`region_index`: the positions ``[b, n]`` at which each query
         is rotated and ``[b, t]`` at which each key is rotated, from the real positions ``[b, n]`` and
-        ``[b, t]`` (float32 ranks). Regions may return the same key tensor (rotated once)."""
+        ``[b, t]`` (float32 ranks). Regions may return the same key tensor (rotated once). A key's positions
+        must follow from its own position alone, elementwise (not from the queries, nor from the other keys):
+        the KV cache keeps each key rotated as it enters (remap_keys.py)."""
         raise NotImplementedError
+
+    def query_rotations(self, query_positions: torch.Tensor) -> tuple[list[torch.Tensor], list[int]]:
+        """Per region, the positions ``[b, n]`` at which the queries are rotated and the index of the region's
+        key rotation in :meth:`key_rotations`."""
+        regions = self.regions(query_positions, query_positions[:, :0])
+        return [q for q, _ in regions], _key_indices(regions)
+
+    def key_rotations(self, key_positions: torch.Tensor) -> list[torch.Tensor]:
+        """The distinct positions ``[b, t]`` at which keys are rotated (one per key tensor of :meth:`regions`):
+        read without queries, as the KV cache computes them for each new key."""
+        regions = self.regions(key_positions[:, :0], key_positions)
+        distinct: dict[int, torch.Tensor] = {}
+        for _, keys in regions:
+            distinct.setdefault(id(keys), keys)
+        return list(distinct.values())
 
     def region_index(self, query_positions: torch.Tensor, key_positions: torch.Tensor) -> torch.Tensor:
         """The region of each pair, an integer tensor ``[b, n, t]``, from ``[b, n, 1]`` and ``[b, 1, t]``
@@ -119,6 +138,12 @@ class RemapScheme(Scheme):
         decrease with the query position (farther pairs fall in later regions): the attention reads the regions
         a block of queries meets from its smallest and largest position (remap_attention.py)."""
         raise NotImplementedError
+
+
+def _key_indices(regions) -> list[int]:
+    """Per region, the index of its key tensor among the distinct ones, in order of first use."""
+    seen: dict[int, int] = {}
+    return [seen.setdefault(id(keys), len(seen)) for _, keys in regions]
 
 
 def rotation_condition(attention_class: type):
