@@ -127,6 +127,60 @@ def extension_real() -> str:
         f"{data['length']:,} tokens, {len(data['documents'])} documents, x = the trained length")
 
 
+#: the reads of the SmolLM2 remap comparison (docs/results/extension/remap_smollm2/), per read length
+REMAP_READS = {16384: ("test_16k", "pose_16k"), 32768: ("test_32k", "pose_32k")}
+REMAP_LABELS = {"yarn_x2": "YaRN x2", "dynamic_ntk_x2": "dynamic NTK x2", "yarn_x4": "YaRN x4",
+                "dynamic_ntk_x4": "dynamic NTK x4", "self_extend": "Self-Extend", "rerope": "ReRoPE", "dca": "DCA",
+                "string": "STRING", "pose": "YaRN x4 + PoSE fine-tune"}
+
+
+def _geometric(windows: list[dict], low: float, high: float) -> float | None:
+    """Perplexity of the tokens from ``low`` to ``high`` trained lengths: exp of the token-weighted mean log."""
+    inside = [w for w in windows if w["low"] >= low and w["high"] <= high]
+    if not inside or abs(sum(w["high"] - w["low"] for w in inside) - (high - low)) > 1e-9:
+        return None
+    return math.exp(sum((w["high"] - w["low"]) * math.log(w["ppl"]) for w in inside) / (high - low))
+
+
+def extension_remap() -> str:
+    """SmolLM2 at 16k and 32k: stock, frequency scaling, the four remaps (settings chosen on validation) and the
+    PoSE fine-tune, perplexity per span of positions and the CPU of each read."""
+    base = "extension/remap_smollm2"
+    spans = [(16384, 0.0, 1.0, "0-8k"), (16384, 1.0, 2.0, "8k-16k"), (32768, 2.0, 4.0, "16k-32k")]
+    rows: dict[str, dict] = {}
+    docs = {}
+    for length, folders in REMAP_READS.items():
+        for folder in folders:
+            path = RESULTS / base / folder / "long_context.json"
+            if not path.exists():
+                continue
+            data = json.loads(path.read_text())
+            docs[length] = data["documents"]
+            for name, model in data["models"].items():
+                row = rows.setdefault(name, {})
+                row[length] = model
+    cells: dict[str, list[float | None]] = {}
+    for name, row in rows.items():
+        cells[name] = [_geometric(row[length]["windows"]["all"], lo, hi) if length in row else None
+                       for length, lo, hi, _ in spans]
+    best = [min((c[i] for c in cells.values() if c[i] is not None), default=None) for i in range(len(spans))]
+    out = ["| method | " + " | ".join(f"ppl {label}" for *_, label in spans) + " | CPU s per read, 16k / 32k |",
+           "|---|" + "---:|" * len(spans) + "---:|"]
+    for name, row in rows.items():
+        shown = []
+        for i, value in enumerate(cells[name]):
+            text = "-" if value is None else f"{value:.2f}"
+            shown.append(f"**{text}**" if value is not None and value == best[i] else text)
+        cpu = " / ".join(f"{row[length]['cpu_seconds'] / sum(map(len, docs[length].values())):.0f}"
+                         if length in row else "-" for length in REMAP_READS)
+        shown.append(cpu)
+        out.append(f"| {REMAP_LABELS.get(name, name)} | " + " | ".join(shown) + " |")
+    n16, n32 = (sum(map(len, docs.get(length, {}).values())) for length in REMAP_READS)
+    return "\n".join(out) + "\n\n" + _source(
+        f"{base}/README.md", f"; {n16} test documents at 16,384 tokens, {n32} at 32,768 (SmolLM2 is trained on "
+        "8,192), bfloat16, one thread; each remap's setting chosen on a validation document; bold: the lowest")
+
+
 def _score(cell: dict) -> str:
     return f"{cell['score']:.2f} [{cell['ci'][0]:.2f}, {cell['ci'][1]:.2f}]"
 
@@ -283,7 +337,7 @@ def _newer_bench() -> list[str]:
 
 
 TABLES: dict[str, Callable[[], str]] = {"content_study": content_study, "tasks": tasks,
-                                        "extension_real": extension_real, "ruler": ruler,
+                                        "extension_remap": extension_remap, "ruler": ruler,
                                         "ruler_haystacks": ruler_haystacks,
                                         "extension_study": extension_study,
                                         "recovery": recovery, "bench": bench}
