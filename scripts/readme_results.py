@@ -110,23 +110,6 @@ def _task_calls(data: dict) -> dict[str, int]:
     return called
 
 
-def extension_real() -> str:
-    """SmolLM2 read zero-shot at twice its trained length: perplexity by window, passkey found per length."""
-    data = _load("extension/study/real/long_context.json")
-    first = next(iter(data["models"].values()))
-    labels = [w["label"] for w in first["windows"]["all"]]
-    lengths = " / ".join(f"{p['length'] // 1024}k" for p in first["passkey"])
-    rows = ["| method | " + " | ".join(f"ppl {lab}" for lab in labels) + f" | passkey {lengths} |",
-            "|---|" + "---:|" * len(labels) + ":---:|"]
-    for name, model in data["models"].items():
-        ppl = " | ".join(f"{w['ppl']:.2f}" for w in model["windows"]["all"])
-        found = " / ".join(f"{p['right']}/{p['trials']}" for p in model["passkey"])
-        rows.append(f"| {name} | {ppl} | {found} |")
-    return "\n".join(rows) + "\n\n" + _source(
-        "extension/README.md", f"; SmolLM2-135M (trained on {data['trained_length']:,} positions) at "
-        f"{data['length']:,} tokens, {len(data['documents'])} documents, x = the trained length")
-
-
 #: the reads of the SmolLM2 remap comparison (docs/results/extension/remap_smollm2/), per read length
 REMAP_READS = {16384: ("test_16k", "pose_16k"), 32768: ("test_32k", "pose_32k")}
 REMAP_LABELS = {"yarn_x2": "YaRN x2", "dynamic_ntk_x2": "dynamic NTK x2", "yarn_x4": "YaRN x4",
