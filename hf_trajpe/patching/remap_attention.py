@@ -180,6 +180,12 @@ def remap_attention(st: PatchState, module, query: torch.Tensor, key: torch.Tens
     cache returned it (remap_keys.py), with the scheme's remapped positions; returns ``([b, n, h, d], None)`` as
     transformers' attention functions do (no weights: they are never built whole)."""
     b, h, n, d = query.shape
+    if attention_mask is not None and attention_mask.dim() == 4 and attention_mask.shape[1] > 1:
+        raise NotImplementedError(
+            f"{type(module).__name__} hands its attention a mask per head ({tuple(attention_mask.shape)}: values "
+            "the model computes for each head, as Doge's dynamic mask attention does); the remap attention reads "
+            "masks as allowed / masked pairs shared by all heads and would drop those values. Use a frequency "
+            "scaling (rope_parameters) on this model instead of a remap")
     sinks = kwargs.get("s_aux")  # a learned logit per head in every softmax (gpt-oss), its weight dropped after
     g, t = value.shape[1], key.shape[2]
     rep = h // g

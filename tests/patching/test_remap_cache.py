@@ -144,3 +144,15 @@ def test_a_model_that_repeats_the_cached_keys_heads(method):
     assert cached.past_key_values.layers[0].keys.shape[-1] == COPIES[method] * model.config.kv_channels
     assert torch.equal(cached.sequences, recomputed.sequences)
     torch.testing.assert_close(torch.stack(cached.scores), torch.stack(recomputed.scores), rtol=1e-4, atol=1e-4)
+
+
+def test_a_model_with_a_mask_per_head_is_refused_with_the_reason():
+    """Doge computes a float mask per head (its dynamic mask attention); the remap reads masks as allowed pairs
+    shared by all heads, so it refuses rather than drop the model's values."""
+    from hf_trajpe.coverage.tiny import tiny_model
+
+    model = tiny_model("doge").eval()
+    ids = torch.arange(2, 14).reshape(2, 6)
+    with hf_trajpe.patch(model, "self_extend", group_size=2, window=2):
+        with pytest.raises(NotImplementedError, match="mask per head"):
+            model(ids, attention_mask=torch.ones_like(ids))
