@@ -6,7 +6,8 @@ at a longer length that keeps every mapped distance inside the trained length.
     python scripts/remap_choose_settings.py docs/results/extension/remap_smollm2/validation_16k/long_context.json \
         --lengths 16384 32768
 
-Prints, per length, the `--patch` options of the chosen settings as JSON (name -> options).
+Prints, per length, the `--patch` options of the chosen settings as JSON (name -> options), and the methods
+whose setting cannot keep every distance under the limit at that length, with the reason.
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ def largest_distance(options: dict, length: int, trained: int) -> float:
         extended = trained * (options.get("rope_parameters") or {}).get("factor", 1)
         s = int(0.33 * extended) if s is None else s
         w = options.get("local_window") or min(128, s // 2)
-        return n if s == 0 or n < s else n - s + w
+        # distances below the shift keep their value: the largest is the shift less one or the mapped longest
+        return n if s == 0 or n < s else max(s - 1, n - s + w)
     raise ValueError(f"unknown method {name}")
 
 
@@ -67,8 +69,14 @@ def fit_to_length(options: dict, length: int, trained: int) -> dict:
             options["group_size"] = options.get("group_size", 8) * 2
         return options
     if options["encoding"] == "string":
+        # a constant shift keeps distances below it and brings the others down by shift - W: both parts stay
+        # under the limit only while length - 1 - limit + W < shift <= limit, i.e. length < 2 x limit - W + 1
         w = options.get("local_window") or 128
-        options.update(shift=length - limit + w, local_window=w)
+        if length - 1 - limit + w >= limit:
+            raise ValueError(f"STRING cannot keep the distances of {length} tokens under {limit}: its shift keeps "
+                             f"those below it, so it reaches at most {2 * limit - w} tokens; scale the frequencies "
+                             "too (rope_parameters)")
+        options.update(shift=limit, local_window=w)
         return options
     raise ValueError(f"{options}: distances reach {largest_distance(options, length, trained)} at {length} tokens, "
                      f"past {limit}; no rule to fit it")
@@ -101,8 +109,16 @@ def main(argv: list[str] | None = None) -> int:
                            if method_of(o) == method)
         print(f"# {method}: {name} ({ppl:.2f}; candidates: {others})", file=sys.stderr)
     for length in args.lengths:
-        chosen = {method: fit_to_length(options, length, trained) for method, (_, options, _) in sorted(best.items())}
-        print(json.dumps({"length": length, "patches": chosen}))
+        chosen, cannot = {}, {}
+        for method, (_, options, _) in sorted(best.items()):
+            if length == report["length"]:  # the length the candidates were read at: the choice as it is
+                chosen[method] = options
+                continue
+            try:
+                chosen[method] = fit_to_length(options, length, trained)
+            except ValueError as exc:
+                cannot[method] = str(exc)
+        print(json.dumps({"length": length, "patches": chosen, "cannot": cannot}))
     return 0
 
 

@@ -30,7 +30,8 @@ FORMULAS = {"self_extend": (self_extend, {"group_size": 8, "window": 1024}),
     {"encoding": "self_extend", "group_size": 3, "window": 8},
     {"encoding": "rerope", "window": 16}, {"encoding": "rerope", "window": 16, "leak": 4},
     {"encoding": "dca"}, {"encoding": "dca", "chunk_size": 40, "local_window": 8},
-    {"encoding": "string"}, {"encoding": "string", "shift": 50, "local_window": 8}])
+    {"encoding": "string"}, {"encoding": "string", "shift": 50, "local_window": 8},
+    {"encoding": "string", "shift": 150, "local_window": 8}])
 def test_the_largest_distance_is_the_formulas_maximum(options):
     n = 200
     i, j = np.tril_indices(n)
@@ -43,10 +44,12 @@ def test_fitting_keeps_what_fits_and_brings_the_rest_inside_the_limit():
     fit = choose_settings.fit_to_length
     assert fit({"encoding": "self_extend", "group_size": 8, "window": 1024}, 32768, 8192)["group_size"] == 8
     assert fit({"encoding": "self_extend", "group_size": 4, "window": 1024}, 32768, 8192)["group_size"] == 8
-    fitted = fit({"encoding": "string", "shift": 8320, "local_window": 128}, 32768, 8192)
-    assert fitted["shift"] == 24704 and choose_settings.largest_distance(fitted, 32768, 8192) == 8191
-    over_yarn = {"encoding": "string", "rope_parameters": {"rope_type": "yarn", "factor": 2}}
-    assert choose_settings.largest_distance(fit(over_yarn, 32768, 8192), 32768, 8192) < 16384
+    fitted = fit({"encoding": "string", "shift": 4000, "local_window": 128}, 16000, 8192)
+    assert fitted["shift"] == 8192 and choose_settings.largest_distance(fitted, 16000, 8192) < 8192
+    with pytest.raises(ValueError, match="at most 16256 tokens"):  # a constant shift cannot cover 4x
+        fit({"encoding": "string", "shift": 8320, "local_window": 128}, 32768, 8192)
+    over_yarn = {"encoding": "string", "rope_parameters": {"rope_type": "yarn", "factor": 4}}
+    assert choose_settings.largest_distance(fit(over_yarn, 32768, 8192), 32768, 8192) < 32768
 
 
 def test_the_choice_is_the_lowest_perplexity_past_the_trained_length():
