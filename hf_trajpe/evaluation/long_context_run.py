@@ -16,7 +16,7 @@ from pathlib import Path
 from .long_context import LONG_KINDS, WINDOW_EDGES, long_documents, passkey_retrieval, perplexity_by_window, token_nll
 from .metrics import get_metric
 
-__all__ = ["evaluate_long_context", "write_long_context_report", "trained_length_of"]
+__all__ = ["evaluate_long_context", "plot_ppl_by_window", "write_long_context_report", "trained_length_of"]
 
 
 def trained_length_of(model) -> int:
@@ -120,6 +120,33 @@ def _ppl(w: dict) -> str:
     return f"{shown(w['ppl'])} [{shown(w['ci'][0])}, {shown(w['ci'][1])}]"
 
 
+def plot_ppl_by_window(result: dict, path: str | Path, title: str | None = None) -> None:
+    """Perplexity of every kind pooled against position (each window drawn flat over its span, log scale), one
+    line per model; the trained length marked. Several reads of one model set: merge their ``models`` first."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    trained = result["trained_length"]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for k, (name, model) in enumerate(result["models"].items()):
+        xs, ys = [], []
+        for w in model["windows"]["all"]:
+            xs += [w["low"] * trained, w["high"] * trained]
+            ys += [w["ppl"], w["ppl"]]
+        ax.plot(xs, ys, label=name, color=f"C{k % 10}", linestyle="-" if k < 10 else "--")
+    ax.axvline(trained, color="grey", linewidth=0.8, linestyle=":")
+    ax.set_yscale("log")
+    ax.set_xlabel(f"position (tokens; dotted: the trained length, {trained:,})")
+    ax.set_ylabel("perplexity of the window")
+    ax.set_title(title or f"{result['length']:,} tokens per document", fontsize=10)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
 def write_long_context_report(result: dict, out: str | Path) -> dict[str, Path]:
     """``long_context.json`` and ``long_context.md`` in ``out``."""
     out = Path(out)
@@ -159,7 +186,8 @@ def write_long_context_report(result: dict, out: str | Path) -> dict[str, Path]:
     if result.get("patches"):
         lines += ["\n## Patches\n"]
         lines += [f"- `{n}`: `{json.dumps(o, sort_keys=True)}`" for n, o in result["patches"].items()]
-    paths = {"json": out / "long_context.json", "md": out / "long_context.md"}
+    paths = {"json": out / "long_context.json", "md": out / "long_context.md", "png": out / "ppl_by_window.png"}
     paths["json"].write_text(json.dumps(result, indent=2, default=str) + "\n")
     paths["md"].write_text("\n".join(lines) + "\n")
+    plot_ppl_by_window(result, paths["png"])
     return paths

@@ -122,6 +122,7 @@ def test_the_command_evaluates_a_model_and_its_extensions(tmp_path, capsys):
     assert report["split"] == "test"
     assert all(report["models"][n]["cpu_seconds"] > 0 for n in ("stock", "yarn"))
     assert "CPU seconds of each model's reads" in (tmp_path / "out" / "long_context.md").read_text()
+    assert (tmp_path / "out" / "ppl_by_window.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_the_validation_split_reads_other_files_than_the_test_split(tmp_path):
