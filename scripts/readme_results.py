@@ -111,13 +111,14 @@ def _task_calls(data: dict) -> dict[str, int]:
 
 
 #: the reads of the SmolLM2 remap comparison (docs/results/extension/remap_smollm2/), per read length
-REMAP_READS = {16384: ("test_16k", "pose_16k"), 32768: ("test_32k", "pose_32k")}
+REMAP_READS = {16384: ("test_16k", "pose_16k", "nopose_16k"), 32768: ("test_32k", "pose_32k", "nopose_32k")}
 REMAP_LABELS = {"yarn_x2": "YaRN x2", "dynamic_ntk_x2": "dynamic NTK x2", "yarn_x4": "YaRN x4",
                 "dynamic_ntk_x4": "dynamic NTK x4", "self_extend": "Self-Extend", "rerope": "ReRoPE", "dca": "DCA",
-                "string": "STRING", "pose": "YaRN x4 + PoSE fine-tune"}
+                "string": "STRING", "pose": "YaRN x4 + PoSE fine-tune",
+                "nopose": "YaRN x4 + the same fine-tune without PoSE"}
 #: the order of the rows (names not listed follow, in the order of the files)
 REMAP_ORDER = ("stock", "yarn_x2", "dynamic_ntk_x2", "yarn_x4", "dynamic_ntk_x4", "self_extend", "rerope", "dca",
-               "string", "pose")
+               "string", "pose", "nopose")
 
 
 def _geometric(windows: list[dict], low: float, high: float) -> float | None:
