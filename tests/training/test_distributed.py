@@ -38,7 +38,7 @@ def launch_two(out, *overrides, resume=False):
 
 
 def test_two_cpu_processes_train_on_different_data_and_stay_in_sync(tmp_path):
-    out, split = tmp_path / "full", tmp_path / "split"
+    out = tmp_path / "full"
     launch_two(out, *TRAJ)
     r0, r1 = rank_summary(out, 0), rank_summary(out, 1)
     assert r0["world_size"] == r1["world_size"] == 2
@@ -61,8 +61,14 @@ def test_two_cpu_processes_train_on_different_data_and_stay_in_sync(tmp_path):
         logits = model(input_ids=torch.tensor(r0["probe_input_ids"])).logits.double().sum()
     assert float(logits) == pytest.approx(r0["probe_logits_sum"], rel=1e-6, abs=1e-4)
 
-    # the checkpoint reloads into two processes: stop at 3, resume to 6, same curve; both launches are
-    # checked for world size 2 (launch_two), and the checkpoint says it was saved by two
+
+@pytest.mark.slow  # three launches of two processes (about 45 CPU s): in `make test-slow`
+def test_two_cpu_processes_resume_each_rank_on_its_shard_with_the_same_curve(tmp_path):
+    """The checkpoint reloads into two processes: stop at 3, resume to 6, the curve of the uninterrupted run;
+    both launches are checked for world size 2 (launch_two), and the checkpoint says it was saved by two."""
+    out, split = tmp_path / "full", tmp_path / "split"
+    launch_two(out, *TRAJ)
+    r0, r1 = rank_summary(out, 0), rank_summary(out, 1)
     launch_two(split, *TRAJ, "train.stop_after=3")
     assert read_trainer_state(split / "checkpoints" / "step_000003")["world_size"] == 2
     resumed = launch_two(split, *TRAJ, resume=True)
