@@ -80,7 +80,7 @@ def evaluate_long_context(models: dict[str, str], patches: dict[str, dict] | Non
                 raise FileNotFoundError(f"no {split} document of {', '.join(kinds)} has {length} tokens on this "
                                         "machine; give a shorter length or other kinds")
             for k in empty:
-                _log(f"long-context: no {k} document of {length} tokens here; {k} is left out")
+                _log(f"long-context: no {split} document of {k} with {length} tokens here; {k} is left out")
             docs = {k: d for k, d in docs.items() if d}
             result["documents"] = {k: [d["source"] for d in v] for k, v in docs.items()}
         for name in names:
@@ -148,7 +148,7 @@ def plot_ppl_by_window(result: dict, path: str | Path, title: str | None = None)
 
 
 def write_long_context_report(result: dict, out: str | Path) -> dict[str, Path]:
-    """``long_context.json`` and ``long_context.md`` in ``out``."""
+    """``long_context.json``, ``long_context.md`` and ``ppl_by_window.png`` (:func:`plot_ppl_by_window`) in ``out``."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     names = list(result["models"])
