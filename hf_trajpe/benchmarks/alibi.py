@@ -3,12 +3,15 @@
 The small Llama (RoPE, causal SDPA: the fused causal kernel, no mask materialised) against itself
 patched to ALiBi, whose bias ``[b, h, n, n]`` goes to SDPA as a float mask (docs/notes.md, section 6: the causal
 fast path is lost). Forward time is measured side by side; peak memory (see memory.py) of a
-forward and of a training step (forward with LM loss + backward).
+forward and of a training step (forward with LM loss + backward). On CUDA each variant is also run through
+FlexAttention (label suffix ``(flex)``: the bias as a compiled ``score_mod``, no mask materialised), whose
+backward needs a GPU; the stock model stays on SDPA, so the ratio says what flex buys over the float mask.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 
@@ -17,7 +20,30 @@ from .models import describe_model
 from .setup import Rounds, Size, build_model, patched, random_ids, rounds_for
 from .timing import side_by_side, wall
 
-__all__ = ["bench_alibi"]
+__all__ = ["FLEX", "bench_alibi"]
+
+#: the suffix of a variant run through FlexAttention (CUDA only)
+FLEX = " (flex)"
+
+
+def _with_flex(model: torch.nn.Module, context: Callable[[str | None], contextlib.AbstractContextManager]
+               ) -> Callable[[str | None], contextlib.AbstractContextManager]:
+    """``context`` for labels ending in :data:`FLEX`: the model runs flex_attention while patched, sdpa after."""
+
+    @contextlib.contextmanager
+    def flexed(label: str | None) -> Iterator[None]:
+        if label is None or not label.endswith(FLEX):
+            with context(label):
+                yield
+            return
+        model.set_attn_implementation("flex_attention")
+        try:
+            with context(label[: -len(FLEX)]):
+                yield
+        finally:
+            model.set_attn_implementation("sdpa")
+
+    return flexed
 
 
 def bench_alibi(
@@ -34,11 +60,13 @@ def bench_alibi(
     repeats, max_rounds = rounds.repeats, rounds.max_rounds
     n = size.alibi_tokens
     variants = list(variants)
+    if torch.device(device).type == "cuda":
+        variants += [v + FLEX for v in variants if not v.endswith(FLEX)]
     progress("alibi: peak memory" + (" (forward, training step)" if train_memory else " (forward)"))
     with PeakMemory(device) as pm:
         model = build_model("llama", size, device, dtype, max_positions=n)
         ids = random_ids(model.config.vocab_size, n, device=device)
-        context = patched(model)
+        context = _with_flex(model, patched(model))
 
         def forward() -> None:
             model.eval()

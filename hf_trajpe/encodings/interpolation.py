@@ -65,9 +65,14 @@ def interpolate_rows(table: torch.Tensor, positions: torch.Tensor, mode: str = "
 def _linear_rows(table: torch.Tensor, i0: torch.Tensor, i1: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
     """``(1 - t) * table[i0] + t * table[i1]`` as one weighted gather (``embedding_bag``, two rows per
     bag) rather than two gathers and a lerp: a third of the memory traffic, about the cost of a plain
-    lookup (docs/benchmarks.md). ``t``: ``[..., 1]``. Weights (1, 0) give the row bit for bit."""
+    lookup (docs/benchmarks.md). ``t``: ``[..., 1]``. Weights (1, 0) give the row bit for bit.
+
+    CUDA has no bfloat16/float16 backward for the weights of ``embedding_bag`` (torch 2.11): there, two
+    gathers and a weighted sum, the same value."""
     if i0.numel() == 0:
         return table[i0]
+    if table.is_cuda and table.dtype in (torch.bfloat16, torch.float16):
+        return (1 - t) * table[i0] + t * table[i1]
     idx = torch.stack((i0, i1), dim=-1).reshape(-1, 2)
     weights = torch.cat((1 - t, t), dim=-1).reshape(-1, 2)
     out = F.embedding_bag(idx, table, per_sample_weights=weights, mode="sum")

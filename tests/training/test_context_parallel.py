@@ -436,7 +436,9 @@ def test_torch_context_parallel_on_one_gpu_gives_the_windows_loss_and_gradients(
     tokens = torch.randint(0, 64, (2, 64), generator=torch.Generator().manual_seed(1)).cuda()
     labels = tokens.clone()
     labels[0, :5] = -100
-    ids = global_position_ids(2, 64, SimpleNamespace(target_length=128, chunks=2), seed=1).cuda()
+    # a learned table (GPT-2) has no rows past n_positions
+    positions = getattr(model.config, "n_positions", None) or model.config.max_position_embeddings
+    ids = global_position_ids(2, 64, SimpleNamespace(target_length=positions, chunks=2), seed=1).cuda()
     window_loss, window_grads = window_loss_and_grads(model, handle, tokens, labels, ids)
     with one_rank_cp_mesh(monkeypatch) as mesh:
         acc = SimpleNamespace(maybe_context_parallel=functools.partial(context_parallel, mesh=mesh))
