@@ -37,6 +37,7 @@ __all__ = [
     "PatchHandle",
     "SUPPORTED",
     "register_attention",
+    "unit_boundary_ids",
     "LayerMap",
     "LayerMapHandle",
     # building blocks (hf_trajpe.encodings)
@@ -77,7 +78,8 @@ _SOURCES: dict[str, str] = {
     name: f"{__name__}.{module}"
     for module, names in {
         "patching": ("patch", "unpatch", "get_handle", "from_pretrained", "load_patch", "save_patch",
-                     "PatchConfig", "PatchHandle", "LayerMap", "LayerMapHandle", "SUPPORTED", "register_attention"),
+                     "PatchConfig", "PatchHandle", "LayerMap", "LayerMapHandle", "SUPPORTED", "register_attention",
+                     "unit_boundary_ids"),
         "encodings": ("sinusoidal_encoding", "sinusoidal_frequencies", "SinusoidalTable", "rotary_cos_sin",
                       "rotary_inv_freq", "apply_rotary", "rotate_half", "rotate_every_two", "alibi_slopes",
                       "alibi_bias", "trajectory_positions", "TrajectoryPast", "interpolate_rows",

@@ -53,6 +53,7 @@ def evaluate_long_context(models: dict[str, str], patches: dict[str, dict] | Non
     from ..data import load_tokenizer
     from ..loading import load_model
     from ..patching import patch
+    from ..patching.units import resolve_boundary_ids
     from ..precision import resolve_dtype
 
     patches = patches or {}
@@ -84,7 +85,7 @@ def evaluate_long_context(models: dict[str, str], patches: dict[str, dict] | Non
             docs = {k: d for k, d in docs.items() if d}
             result["documents"] = {k: [d["source"] for d in v] for k, v in docs.items()}
         for name in names:
-            options = dict(patches.get(name) or {})
+            options = resolve_boundary_ids(dict(patches.get(name) or {}), tok)
             handle = patch(model, options.pop("encoding", "native"), **options) if name in patches else None
             model_started = time.process_time()
             try:

@@ -26,7 +26,8 @@ from .guard import ForwardGuard
 from .plan import PatchPlan, plan_strength
 from .remap_keys import ROTARY_FREQUENCIES
 from .schemes import get_scheme
-from .sources import RankPositions, TrajectoryPositions
+from .sources import RankPositions, TrajectoryPositions, real_ranks
+from .units import UnitMemory, advance
 
 __all__ = ["DecodingMemory", "PatchState", "PatchStates", "Step", "MEMORY_ATTR", "ROTARY_FREQUENCIES", "STATE_ATTR",
            "bind_state"]
@@ -55,6 +56,8 @@ class DecodingMemory:
     #: the patch (its description) whose rotation the cached keys carry (cached_keys.py; a remap's: one copy per key
     #: rotation); ``None``: unrotated keys
     prepared: str | None = None
+    #: the units of meaning read so far, for a scheme that reads token ids (units.py); ``None``: none
+    units: UnitMemory | None = None
 
     def reorder(self, idx: torch.Tensor) -> DecodingMemory:
         """Select rows, as beam search reorders its cache."""
@@ -63,6 +66,7 @@ class DecodingMemory:
             None if self.key_positions is None else self.key_positions.index_select(0, idx),
             None if self.trajectory is None else self.trajectory.reorder(idx),
             self.prepared,
+            None if self.units is None else self.units.reorder(idx),
         )
 
 
@@ -324,10 +328,26 @@ class PatchState(nn.Module):
             self._check_rotated_for(memory.prepared)
         prepare = (self.cache_layers and past_key_values is not None and (memory is None or memory.prepared)
                    and prepare_cache(self, past_key_values))  # (memory is None: nothing cached yet)
+        units = self._read_units(input_ids, mask, memory, b, n, device)
         self.step = Step(positions, key_positions, memory.num_real if memory is not None else None,
                          past_key_values if prepare else None)
-        self.pending = (DecodingMemory(num_real, key_positions, past, self.describe() if prepare else None)
+        self.pending = (DecodingMemory(num_real, key_positions, past, self.describe() if prepare else None, units)
                         if use_cache else None)
+
+    def _read_units(self, input_ids, mask, memory: DecodingMemory | None, b: int, n: int, device) -> UnitMemory | None:
+        """For a scheme that reads token ids (units of meaning, units.py): hand it the units up to this forward's
+        tokens; returns them for the KV cache."""
+        if not getattr(self.scheme, "reads_token_ids", False):
+            return None
+        if input_ids is None:
+            raise ValueError(f"{self.plan.scheme} reads the token ids (its units end at boundary tokens); call the "
+                             "model with input_ids, not inputs_embeds")
+        past_real = memory.num_real if memory is not None else None
+        rank, real = real_ranks(mask, past_real, b, n, device)
+        units = advance(memory.units if memory is not None else None, input_ids.to(device), rank, real,
+                        self.scheme.boundaries, self.scheme.group_size)
+        self.scheme.observe(units)
+        return units
 
     def _check_rotated_for(self, patch: str) -> None:
         """A remap's KV cache holds its keys rotated at the positions of that remap (remap_keys.py): refuse one

@@ -252,8 +252,10 @@ def test_refused_without_a_rotary_module_and_on_flex():
 
 
 @pytest.mark.parametrize("encoding,options,match", [
-    ("rope", {"group_size": 2}, r"option\(s\) group_size apply only to encoding='self_extend', not 'rope'"),
-    ("dca", {"window": 8}, r"option\(s\) window apply only to encoding='self_extend' or encoding='rerope', not 'dca'"),
+    ("rope", {"group_size": 2},
+     r"option\(s\) group_size apply only to encoding='self_extend' or encoding='self_extend_units', not 'rope'"),
+    ("dca", {"window": 8}, r"option\(s\) window apply only to encoding='self_extend', encoding='rerope', or "
+                           r"encoding='self_extend_units', not 'dca'"),
     ("rerope", {"local_window": 4}, r"local_window apply only to encoding='string' or encoding='dca', not 'rerope'"),
     ("native", {"shift": 4}, r"option\(s\) shift apply only to encoding='string', not 'native'"),
     ("trajectory", {"base": "rope", "leak": 2.0}, r"leak apply only to encoding='rerope', not 'trajectory' on 'rope'"),

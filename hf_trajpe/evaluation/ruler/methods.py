@@ -67,6 +67,7 @@ def evaluate_ruler(models: dict[str, str], patches: dict[str, dict] | None = Non
     from ...data import load_tokenizer
     from ...loading import load_model
     from ...patching import patch
+    from ...patching.units import resolve_boundary_ids
     from ...precision import resolve_dtype
 
     patches = patches or {}
@@ -102,7 +103,7 @@ def evaluate_ruler(models: dict[str, str], patches: dict[str, dict] | None = Non
             print(f"RULER: loading {source}", file=sys.stderr, flush=True)
             model = load_model(source).eval().to(torch_dtype)
         for name in names:
-            options = dict(patches.get(name) or {})
+            options = resolve_boundary_ids(dict(patches.get(name) or {}), tok)
             if name not in todo:  # every row saved by an earlier run: no model needed
                 table.extend(run_ruler(None, tok, prompts=prompts, seed=seed, method=name, progress=False, done=done))
                 continue

@@ -21,20 +21,18 @@ from .scheme import register_scheme
 
 #: the reference code's window (``group_size_2``) where ``window`` is not given
 DEFAULT_WINDOW = 1024
+#: the reference code's group (``group_size_1``)
+GROUP_SIZE = Option(
+    "group_size", 8, "integer >= 1",
+    "Self-Extend: the positions merged into one beyond the neighbour window (the reference code's 8)",
+    integer("group_size (self_extend)", what=" (the number of positions merged into one)"))
 
 
 @register_scheme
 class SelfExtend(RemapScheme):
     name = "self_extend"
     default_window = DEFAULT_WINDOW
-    #: the reference code's defaults (``group_size_1``, ``group_size_2``)
-    options = (
-        Option("group_size", 8, "integer >= 1",
-               "Self-Extend: the positions merged into one beyond the neighbour window (the reference code's 8)",
-               integer("group_size (self_extend)", what=" (the number of positions merged into one)")),
-        WINDOW,
-        *RemapScheme.options,
-    )
+    options = (GROUP_SIZE, WINDOW, *RemapScheme.options)
 
     def __init__(self, plan) -> None:
         super().__init__(plan)
