@@ -33,6 +33,20 @@ def test_methods_take_the_factor_of_each_reading():
     assert method_options(content, 8)["extend"] == 8.0
     with pytest.raises(ValueError, match="rope_type"):
         method_options({"encoding": "rope", "rope_parameters": {"rope_type": "nope"}}, 2)
+    grouped = {"encoding": "self_extend", "group_size": "2*factor", "window": 32}
+    assert method_options(grouped, 4) == {"encoding": "self_extend", "group_size": 8, "window": 32}
+    assert method_options({"encoding": "self_extend", "group_size": "factor"}, 2)["group_size"] == 2
+    with pytest.raises(ValueError, match="group_size"):  # 1.5 x 3 is no integer
+        method_options({"encoding": "self_extend", "group_size": "1.5*factor"}, 3)
+
+
+def test_the_remaps_config_trains_the_extension_studys_models():
+    """Same model, data, training and seeds as the extension study (its own folder: no fine-tunes)."""
+    remaps = load_study_config(str(ROOT / "configs" / "study" / "extension_remaps.yaml"))
+    base = load_study_config(EXTENSION)
+    assert remaps.output_dir != base.output_dir and remaps.seeds == base.seeds
+    assert remaps.model == base.model and remaps.data == base.data and remaps.train == base.train
+    assert remaps.real is None and remaps.finetune is None
 
 
 def test_extension_config_is_checked():

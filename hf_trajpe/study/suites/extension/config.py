@@ -4,8 +4,9 @@ checked before anything trains.
 ``methods`` names the ways of reading text longer than the trained length ``T`` (``data.block_size``, which
 is also the model's ``max_position_embeddings``): each entry is ``hf_trajpe.patch`` options, or ``null`` for
 the model as trained. The factor is filled in per reading: a ``rope_parameters`` dict without ``factor``
-gets the reading's factor, and ``extend: factor`` is replaced by it, so one entry describes a method at
-every factor (:func:`method_options`).
+gets the reading's factor, ``extend: factor`` is replaced by it, and any other option written ``factor`` or
+``<k>*factor`` by ``k`` times it (an integer where it is one: ``group_size: 2*factor``), so one entry describes a
+method at every factor (:func:`method_options`).
 """
 
 from __future__ import annotations
@@ -186,5 +187,21 @@ def method_options(options: dict | None, factor: float) -> dict | None:
         params.setdefault("factor", float(factor))
     if opts.get("extend") == FACTOR:
         opts["extend"] = float(factor)
+    for name, value in opts.items():
+        scaled = _times_factor(value, factor)
+        if scaled is not None and name != "extend":
+            opts[name] = int(scaled) if float(scaled).is_integer() else scaled
     PatchConfig.from_options(**opts)
     return opts
+
+
+def _times_factor(value: object, factor: float) -> float | None:
+    """``"factor"`` or ``"<k>*factor"`` (an option that grows with the reading: Self-Extend's group at ``2*factor``)
+    as its number at ``factor``; ``None`` for any other value."""
+    if not isinstance(value, str) or not value.replace(" ", "").endswith(FACTOR):
+        return None
+    k = value.replace(" ", "")[: -len(FACTOR)].rstrip("*")
+    try:
+        return (float(k) if k else 1.0) * factor
+    except ValueError:
+        return None
