@@ -57,6 +57,18 @@ def test_an_unknown_patch_option_of_a_long_context_model_names_it(saved_model, t
     assert not out.exists()
 
 
+def test_unit_names_of_a_long_context_patch_are_checked_before_loading(saved_model, tmp_path, capsys):
+    """Unit names pass the early check (the ids come from the model's tokenizer later); unknown ones do not."""
+    out = tmp_path / "out"
+    argv = ["eval", "--long-context", "64", "--model", f"x={saved_model}", "--patch", 'x={"encoding": '
+            '"self_extend_units", "boundary_ids": ["line", "paragraph"]}', "--tokenizer", "byte", "--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "boundary_ids: units must be among line, sentence, got ['line', 'paragraph']" in err
+    _no_traceback(err)
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("command", ["eval", "lm-eval"])
 def test_a_model_folder_without_config_json_says_so(command, tmp_path, capsys):
     folder = tmp_path / "weights_only"

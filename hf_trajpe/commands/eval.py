@@ -177,6 +177,7 @@ def _run_long_context(args: argparse.Namespace) -> int:
     from ..evaluation.long_context import LONG_KINDS
     from ..evaluation.long_context_run import evaluate_long_context, write_long_context_report
     from ..patching import PatchConfig
+    from ..patching.units import unit_names
     from ..paths import output_folder
 
     models = parse_models(args.model)
@@ -186,6 +187,8 @@ def _run_long_context(args: argparse.Namespace) -> int:
     patches = dict(args.patch)
     for name, options in patches.items():  # checked before any model is loaded
         options = dict(options)
+        if unit_names(options) is not None:  # read from the model's tokenizer when it is loaded
+            options["boundary_ids"] = [0]
         try:
             PatchConfig.from_options(options.pop("encoding", "native"), **options)
         except TypeError as err:  # an option the encoding does not take

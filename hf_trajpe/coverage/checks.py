@@ -40,13 +40,18 @@ class CellResult:
         return self.error is None and all(v is not False for v in self.checks.values())
 
 
+#: options an encoding cannot run without, as the sweep gives them: Self-Extend over units needs the tokens that
+#: end a unit (every seventh id here, so that a tiny model's random ids hold several units)
+REQUIRED_OPTIONS: dict[str, dict] = {"self_extend_units": {"boundary_ids": list(range(3, 4096, 7))}}
+
+
 def cells_of(adapter, causal: bool = True, attention_layers: int = 2) -> list[tuple[str, str, dict]]:
     """``(label, encoding, options)`` for every encoding the adapter allows (causal-only schemes on causal
     models only), trajectory once per base, and a layer map where the model's layers take selections
     (``attention_layers``: how many self-attention layers it has)."""
     from ..patching.schemes import SCHEMES
 
-    cells = [(e, e, {}) for e in adapter.encodings
+    cells = [(e, e, dict(REQUIRED_OPTIONS.get(e, {}))) for e in adapter.encodings
              if e != "trajectory" and (causal or e == "native" or SCHEMES[e].bidirectional)]
     if "trajectory" in adapter.encodings:
         cells += [(f"trajectory/{b}", "trajectory", {"base": b}) for b in adapter.trajectory_bases]

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["UNITS", "UnitMemory", "advance", "boundary_ids", "resolve_boundary_ids"]
+__all__ = ["UNITS", "UnitMemory", "advance", "boundary_ids", "resolve_boundary_ids", "unit_names"]
 
 #: unit -> does a token's text end one (``text``: the token decoded alone)
 UNITS = {
@@ -75,12 +75,21 @@ def boundary_ids(tokenizer, units: Iterable[str] = ("line", "sentence")) -> list
     return ids
 
 
-def resolve_boundary_ids(options: dict, tokenizer) -> dict:
-    """Patch options with ``boundary_ids`` given as unit names (``"line"``, ``["line", "sentence"]``, as a command
-    line's JSON can only name them) turned into the ids of ``tokenizer``'s tokens; other options as they are."""
+def unit_names(options: dict) -> list[str] | None:
+    """The unit names that patch options give as ``boundary_ids`` (``"line"``, ``["line", "sentence"]``: a command
+    line's JSON can only name them), checked; ``None`` where they give ids (or nothing)."""
     value = options.get("boundary_ids")
-    if isinstance(value, str):
-        value = [value]
-    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
-        return {**options, "boundary_ids": boundary_ids(tokenizer, value)}
-    return options
+    names = [value] if isinstance(value, str) else value
+    if not (isinstance(names, list) and names and all(isinstance(v, str) for v in names)):
+        return None
+    unknown = [n for n in names if n not in UNITS]
+    if unknown:
+        raise ValueError(f"boundary_ids: units must be among {', '.join(UNITS)}, got {names!r}")
+    return names
+
+
+def resolve_boundary_ids(options: dict, tokenizer) -> dict:
+    """Patch options with ``boundary_ids`` given as unit names (:func:`unit_names`) turned into the ids of
+    ``tokenizer``'s tokens; other options as they are."""
+    names = unit_names(options)
+    return options if names is None else {**options, "boundary_ids": boundary_ids(tokenizer, names)}
