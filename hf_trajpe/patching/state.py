@@ -337,7 +337,7 @@ class PatchState(nn.Module):
     def _read_units(self, input_ids, mask, memory: DecodingMemory | None, b: int, n: int, device) -> UnitMemory | None:
         """For a scheme that reads token ids (units of meaning, units.py): hand it the units up to this forward's
         tokens; returns them for the KV cache."""
-        if not getattr(self.scheme, "reads_token_ids", False):
+        if not self.scheme.reads_token_ids:
             return None
         if input_ids is None:
             raise ValueError(f"{self.plan.scheme} reads the token ids (its units end at boundary tokens); call the "

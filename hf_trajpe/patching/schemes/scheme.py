@@ -68,6 +68,9 @@ class Scheme(nn.Module):
     attention_implementations: ClassVar[tuple[str, ...]] = ("eager", "sdpa", "flex_attention")
     #: reads the model's own position table, whose rows are then the position limit
     reads_table: ClassVar[bool] = False
+    #: reads each forward's token ids (``observe``: Self-Extend over units, units.py), so the model must get
+    #: ``input_ids``
+    reads_token_ids: ClassVar[bool] = False
     #: some model families have it as their own encoding (what ``native`` runs), so its options go with
     #: ``native`` and with trajectory on the model's own scheme (checked once the model is known)
     model_own: ClassVar[bool] = False

@@ -48,8 +48,7 @@ class SelfExtendUnits(SelfExtend):
     name = "self_extend_units"
     default_window = DEFAULT_WINDOW
     options = (GROUP_SIZE, WINDOW, BOUNDARY_IDS, *RemapScheme.options)
-    #: the state hands it each forward's token ids (:meth:`observe`)
-    reads_token_ids = True
+    reads_token_ids = True  # the state hands it the units of each forward's tokens (:meth:`observe`)
 
     def __init__(self, plan) -> None:
         super().__init__(plan)
