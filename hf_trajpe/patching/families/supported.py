@@ -13,6 +13,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'albert': ('native', 'sinusoidal', 'rope', 'alibi', 'none', 'trajectory'),
@@ -27,6 +28,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'apertus1p5_text': (
@@ -40,6 +42,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'arcee': (
@@ -53,6 +56,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'aria_text': (
@@ -66,6 +70,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'bert': ('native', 'sinusoidal', 'rope', 'alibi', 'none', 'trajectory'),
@@ -83,6 +88,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'bloom': ('native', 'sinusoidal', 'alibi', 'none', 'trajectory'),
@@ -98,6 +104,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'data2vec-text': ('native', 'sinusoidal', 'rope', 'alibi', 'none', 'trajectory'),
@@ -114,6 +121,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'distilbert': ('native', 'sinusoidal', 'rope', 'alibi', 'none', 'trajectory'),
@@ -131,6 +139,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'ernie4_5_moe': (
@@ -144,6 +153,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'esm': ('sinusoidal', 'rope', 'alibi', 'none', 'trajectory'),
@@ -159,6 +169,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'exaone4': (
@@ -172,6 +183,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'falcon': ('native', 'sinusoidal', 'rope', 'none', 'trajectory'),
@@ -186,6 +198,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'flaubert': ('native', 'sinusoidal', 'none', 'trajectory'),
@@ -200,6 +213,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'flint': ('native', 'sinusoidal', 'rope', 'alibi', 'none', 'cope', 'trajectory'),
@@ -214,6 +228,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'gemma2': (
@@ -227,6 +242,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'gemma3_text': (
@@ -240,6 +256,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'glm': (
@@ -253,6 +270,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'glm4': (
@@ -266,6 +284,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'glm4_moe': (
@@ -279,6 +298,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'gpt-sw3': ('native', 'sinusoidal', 'rope', 'alibi', 'none', 'cope', 'trajectory'),
@@ -295,6 +315,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'gpt_neox_japanese': ('native', 'sinusoidal', 'rope', 'none', 'trajectory'),
@@ -310,6 +331,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'granitemoe': (
@@ -323,6 +345,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'granitemoeshared': (
@@ -336,6 +359,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'gte': ('native', 'sinusoidal', 'rope', 'alibi', 'none', 'trajectory'),
@@ -350,6 +374,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'hunyuan_v1_dense': (
@@ -363,6 +388,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'hunyuan_v1_moe': (
@@ -376,6 +402,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'hy_v3': (
@@ -389,6 +416,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'hyperclovax': (
@@ -402,6 +430,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'internlm3': (
@@ -415,6 +444,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'iquestcoder': (
@@ -428,6 +458,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'jais2': (
@@ -441,6 +472,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'jetmoe': (
@@ -454,6 +486,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'jina_embeddings_v3': ('native', 'sinusoidal', 'rope', 'alibi', 'none', 'trajectory'),
@@ -468,6 +501,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'lara_mini': ('native', 'sinusoidal', 'rope', 'alibi', 'none', 'cope', 'trajectory'),
@@ -483,6 +517,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'llama': (
@@ -496,6 +531,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'longformer': ('none',),
@@ -511,6 +547,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'minimax_m2': (
@@ -524,6 +561,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'ministral': (
@@ -537,6 +575,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'ministral3': (
@@ -550,6 +589,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'mistral': (
@@ -563,6 +603,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'mixtral': (
@@ -576,6 +617,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'mobilebert': ('native', 'sinusoidal', 'rope', 'alibi', 'none', 'trajectory'),
@@ -591,6 +633,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'mpt': ('native', 'sinusoidal', 'alibi', 'none', 'trajectory'),
@@ -606,6 +649,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'nemotron': (
@@ -619,6 +663,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'nomic_bert': ('native', 'sinusoidal', 'rope', 'alibi', 'none', 'trajectory'),
@@ -633,6 +678,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'olmo2': (
@@ -646,6 +692,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'olmo3': (
@@ -659,6 +706,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'olmoe': (
@@ -672,6 +720,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'opt': ('native', 'sinusoidal', 'rope', 'alibi', 'none', 'cope', 'trajectory'),
@@ -686,6 +735,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'phi': (
@@ -699,6 +749,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'phi3': (
@@ -712,6 +763,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'phimoe': (
@@ -725,6 +777,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'qwen2': (
@@ -738,6 +791,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'qwen2_moe': (
@@ -751,6 +805,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'qwen3': (
@@ -764,6 +819,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'qwen3_moe': (
@@ -777,6 +833,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'rembert': ('native', 'none', 'trajectory'),
@@ -794,6 +851,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'seed_oss': (
@@ -807,6 +865,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'smollm3': (
@@ -820,6 +879,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'solar_open': (
@@ -833,6 +893,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'squeezebert': ('native', 'sinusoidal', 'none', 'trajectory'),
@@ -847,6 +908,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'starcoder2': (
@@ -860,6 +922,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'tapas': ('native', 'sinusoidal', 'none', 'trajectory'),
@@ -876,6 +939,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
         'rerope',
         'string',
         'dca',
+        'self_extend_units',
         'trajectory',
     ),
     'xlm': ('native', 'sinusoidal', 'none', 'trajectory'),
