@@ -112,9 +112,8 @@ def _task_calls(data: dict) -> dict[str, int]:
     return called
 
 
-#: the reads of the SmolLM2 remap comparison (docs/results/extension/remap_smollm2/), per read length
-#: the reads of each length; a method read in two files keeps the first file's row (the units' files read Self-Extend
-#: again beside them, at the same settings)
+#: the reads of the SmolLM2 remap comparison (docs/results/extension/remap_smollm2/), per read length; a method read
+#: in two files keeps the first file's row (the units' files read Self-Extend again beside them, at the same settings)
 REMAP_READS = {16384: ("test_16k", "pose_16k", "nopose_16k", "units_16k"),
                32768: ("test_32k", "pose_32k", "nopose_32k", "units_32k")}
 REMAP_LABELS = {"yarn_x2": "YaRN x2", "dynamic_ntk_x2": "dynamic NTK x2", "yarn_x4": "YaRN x4",
