@@ -190,7 +190,8 @@ def ruler() -> str:
     return "\n".join(rows) + "\n\n" + _source(
         "ruler/smollm2/README.md", f"; {', '.join(meta['tasks'])} on the {', '.join(meta['haystacks'])} haystack, "
         f"{n} prompts per cell (the same prompts for every method), seed {meta['seed']}, "
-        f"{meta['precision']['dtype']}; score [exact 95% interval]; p: exact sign test on the same prompts")
+        f"{meta['precision']['dtype']}; score [exact 95% interval]; p: exact sign test on the same prompts; "
+        f"{n} prompts per cell cannot order the extensions against each other")
 
 
 #: the groups of the per-haystack table: RULER's own, the generated content types, the machine's real text
