@@ -410,12 +410,12 @@ def test_the_cpu_clock(tmp_path, capsys):
 def test_alibi_flex_variant_runs_flex_and_restores_sdpa(monkeypatch):
     """A ``(flex)`` variant (added on CUDA) patches the model under flex_attention and leaves it on sdpa; its
     forward gives the sdpa variant's logits (checked here with flex's CPU forward, no backward)."""
-    from hf_trajpe.benchmarks.alibi import FLEX, _with_flex
+    from hf_trajpe.benchmarks.alibi import FLEX, with_flex
     from hf_trajpe.benchmarks.setup import SIZES, build_model, patched, random_ids
 
     model = build_model("llama", SIZES["tiny"], max_positions=64)
     ids = random_ids(model.config.vocab_size, 48)
-    context = _with_flex(model, patched(model))
+    context = with_flex(model, patched(model))
     seen, logits = [], {}
     for label in ("alibi", "alibi" + FLEX):
         with context(label), torch.no_grad():

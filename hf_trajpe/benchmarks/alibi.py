@@ -20,13 +20,13 @@ from .models import describe_model
 from .setup import Rounds, Size, build_model, patched, random_ids, rounds_for
 from .timing import side_by_side, wall
 
-__all__ = ["FLEX", "bench_alibi"]
+__all__ = ["FLEX", "bench_alibi", "with_flex"]
 
 #: the suffix of a variant run through FlexAttention (CUDA only)
 FLEX = " (flex)"
 
 
-def _with_flex(model: torch.nn.Module, context: Callable[[str | None], contextlib.AbstractContextManager]
+def with_flex(model: torch.nn.Module, context: Callable[[str | None], contextlib.AbstractContextManager]
                ) -> Callable[[str | None], contextlib.AbstractContextManager]:
     """``context`` for labels ending in :data:`FLEX`: the model runs flex_attention while patched, sdpa after."""
 
@@ -66,7 +66,7 @@ def bench_alibi(
     with PeakMemory(device) as pm:
         model = build_model("llama", size, device, dtype, max_positions=n)
         ids = random_ids(model.config.vocab_size, n, device=device)
-        context = _with_flex(model, patched(model))
+        context = with_flex(model, patched(model))
 
         def forward() -> None:
             model.eval()

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import torch
 
-from .alibi import FLEX, _with_flex
+from .alibi import FLEX, with_flex
 from .setup import SIZES, build_model, patched, random_ids
 
 __all__ = ["LONG_VARIANTS", "long_training_peaks"]
@@ -31,7 +31,7 @@ def long_training_peaks(size: str = "default", tokens: Sequence[int] = (8192, 32
     for n in tokens:
         model = build_model("llama", SIZES[size], device, torch.bfloat16, max_positions=n).train()
         ids = random_ids(model.config.vocab_size, n, device=device)
-        context = _with_flex(model, patched(model))
+        context = with_flex(model, patched(model))
 
         _peak(model, ids, device)  # warm-up: one-time allocations are not the patch's
         stock = _peak(model, ids, device)

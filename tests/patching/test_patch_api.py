@@ -17,7 +17,8 @@ from hf_trajpe.patching.persistence import SAVE_ID_KEY, resolved_config
 
 # -- config ---------------------------------------------------------------------------------------
 def test_config_validates_and_names_what_is_supported():
-    encodings = "native, sinusoidal, rope, alibi, none, cope, self_extend, rerope, string, dca, self_extend_units, trajectory"
+    encodings = ("native, sinusoidal, rope, alibi, none, cope, self_extend, rerope, string, dca, self_extend_units, "
+                 "trajectory")
     with pytest.raises(ValueError, match=encodings):
         PatchConfig("xpos")
     with pytest.raises(ValueError, match="supported bases"):
