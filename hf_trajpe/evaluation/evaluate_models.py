@@ -125,12 +125,15 @@ def describe_model(model, spec) -> dict:
 
 
 def content_streams(content_types: Sequence[str], tokenizer, mode: str, data_dir=None, n_test: int = 200,
-                 seed: int = 0, min_chars: int | None = None) -> dict[str, list[int]]:
-    """``{type: token ids}``: each type's test split as one stream (documents joined by eos / [SEP])."""
+                 seed: int = 0, min_chars: int | None = None, split: str = "test") -> dict[str, list[int]]:
+    """``{type: token ids}``: each type's test split as one stream (documents joined by eos / [SEP]);
+    ``split``: another split of the saved datasets in ``data_dir`` (``validation``, to choose a setting)."""
     from ..data import DEFAULT_MIN_CHARS, build_dataset, load_datasets, pack_token_stream
 
+    if split != "test" and data_dir is None:
+        raise ValueError(f"the {split!r} split is read from saved datasets: give data_dir")
     if data_dir is not None:
-        test = {t: dd["test"] for t, dd in load_datasets(data_dir, content_types).items()}
+        test = {t: dd[split] for t, dd in load_datasets(data_dir, content_types).items()}
     else:
         test = {t: build_dataset(t, train=0, validation=0, test=n_test, seed=seed,
                                  min_chars=min_chars or DEFAULT_MIN_CHARS)["test"] for t in content_types}

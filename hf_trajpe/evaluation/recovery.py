@@ -26,7 +26,7 @@ import numpy as np
 from .bootstrap import percentile_interval
 from .metrics import get_metric
 
-__all__ = ["recovery_fraction"]
+__all__ = ["recovery_fraction", "recovery_over_seeds"]
 
 
 def recovery_fraction(stock: tuple, swapped: tuple, tuned: tuple, reference: tuple | None = None,
@@ -67,4 +67,57 @@ def recovery_fraction(stock: tuple, swapped: tuple, tuned: tuple, reference: tup
     valid = damage > 0  # (at most the interval's tail: the damage is resolved)
     out["ci"] = percentile_interval((resampled[valid, 1] - resampled[valid, 2]) / damage[valid], level)
     out["resamples_without_damage"] = int((~valid).sum())
+    return out
+
+
+def recovery_over_seeds(stock: tuple, swapped: tuple, tuned: list[tuple], reference: list[tuple] | None = None,
+                        n_resamples: int = 2000, level: float = 0.95, seed: int = 0) -> dict:
+    """:func:`recovery_fraction` with one tuned model per training seed (``tuned``, and ``reference`` paired with
+    it by seed: the stock model tuned with the same seed). ``stock`` and ``swapped`` do not train, so the damage
+    keeps its interval over chunks; the recovered share and the gap are means over seeds (the gap of the mean
+    log-perplexity ratio) with an interval from Student's t over the per-seed values plus the chunks' standard
+    error (:func:`~hf_trajpe.evaluation.seed_inference.seed_interval`: every seed alike gives the exact sign-flip
+    bound, never a zero-width interval). One seed: exactly :func:`recovery_fraction`. Adds ``per_seed`` (each
+    seed's :func:`recovery_fraction`), ``seeds`` and ``method``."""
+    from .seed_inference import seed_interval
+
+    if reference is not None and len(reference) != len(tuned):
+        raise ValueError(f"one reference per tuned model (paired by seed): got {len(tuned)} tuned, "
+                         f"{len(reference)} references")
+    if not tuned:
+        raise ValueError("at least one tuned model is needed")
+    per_seed = [recovery_fraction(stock, swapped, t, None if reference is None else reference[i],
+                                  n_resamples=n_resamples, level=level, seed=seed) for i, t in enumerate(tuned)]
+    if len(tuned) == 1:
+        return {**per_seed[0], "per_seed": per_seed, "seeds": 1, "method": "one seed: interval over chunks"}
+    models = [stock, swapped, *tuned, *(reference or [])]
+    nll = np.stack([np.asarray(m[0], np.float64) for m in models])  # [M, N]
+    count = np.stack([np.broadcast_to(np.asarray(m[1], np.float64), nll.shape[1:]) for m in models])
+    n, k = nll.shape[1], len(tuned)
+    rng = np.random.default_rng(seed)
+    weights = np.stack([np.bincount(rng.integers(0, n, n), minlength=n) for _ in range(n_resamples)])  # [R, N]
+    log_ppl = (weights @ nll.T) / (weights @ count.T)  # [R, M]
+    log_full = nll.sum(1) / count.sum(1)  # [M]
+    ppl = np.exp(log_full)
+    out = {key: per_seed[0][key] for key in ("ppl_stock", "ppl_swapped", "damage", "damage_ci", "n_chunks",
+                                             "level", "n_resamples")}
+    out.update(ppl_tuned=float(np.mean(ppl[2:2 + k])), recovered=None, ci=None, status=per_seed[0]["status"],
+               per_seed=per_seed, seeds=k, method=f"t over {k} seeds plus the chunks' standard error")
+    if reference is not None:
+        gaps = log_full[2:2 + k] - log_full[2 + k:]  # per seed, log(ppl_tuned / ppl_reference)
+        resampled = (log_ppl[:, 2:2 + k] - log_ppl[:, 2 + k:]).mean(1)
+        iv = seed_interval(float(gaps.mean()), gaps, float(resampled.std(ddof=1)), level)
+        out.update(ppl_reference=float(np.mean(ppl[2 + k:])), gap=float(np.expm1(gaps.mean())),
+                   gap_ci=tuple(float(np.expm1(v)) for v in iv["ci"]), gap_p_value=iv["p_value"],
+                   gap_method=iv["method"])
+    if out["status"] != "resolved":
+        return out
+    shares = np.array([(ppl[1] - ppl[2 + i]) / (ppl[1] - ppl[0]) for i in range(k)])
+    rp = np.exp(log_ppl)
+    damage = rp[:, 1] - rp[:, 0]
+    valid = damage > 0
+    resampled = ((rp[valid, 1:2] - rp[valid, 2:2 + k]) / damage[valid, None]).mean(1)
+    iv = seed_interval(float(shares.mean()), shares, float(resampled.std(ddof=1)), level)
+    out.update(recovered=float(shares.mean()), ci=tuple(float(v) for v in iv["ci"]),
+               resamples_without_damage=int((~valid).sum()))
     return out

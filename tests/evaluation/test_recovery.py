@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from hf_trajpe.evaluation.recovery import recovery_fraction
+from hf_trajpe.evaluation.recovery import recovery_fraction, recovery_over_seeds
 
 
 def test_recovered_share_is_the_ratio_of_perplexity_differences():
@@ -58,3 +58,43 @@ def test_the_gap_to_the_unswapped_model_tuned_the_same_way():
     assert out["gap_ci"][0] == pytest.approx(math.exp(440 / 200 - 380 / 200) - 1)  # both chunks of the first kind
     assert out["gap_ci"][1] == pytest.approx(math.exp(480 / 200 - 380 / 200) - 1)
     assert out["ppl_reference"] == pytest.approx(math.exp(1.9)) and out["status"] == "resolved"
+
+
+def test_one_seed_over_seeds_is_the_chunk_interval_of_that_seed():
+    count = np.array([100, 100, 50])
+    stock, swapped = (np.array([200.0, 210.0, 100.0]), count), (np.array([400.0, 380.0, 220.0]), count)
+    tuned, reference = (np.array([300.0, 290.0, 160.0]), count), (np.array([190.0, 205.0, 95.0]), count)
+    one = recovery_over_seeds(stock, swapped, [tuned], [reference], n_resamples=300)
+    alone = recovery_fraction(stock, swapped, tuned, reference, n_resamples=300)
+    assert {k: one[k] for k in alone} == alone and one["seeds"] == 1
+
+
+def test_the_gap_over_seeds_is_the_mean_log_ratio_paired_by_seed_with_a_t_interval():
+    count = np.full(4, 100)
+    stock, swapped = (np.full(4, 200.0), count), (np.full(4, 400.0), count)
+    chunks = np.array([-6.0, 2.0, -2.0, 6.0])  # the chunks vary around each model's mean
+    tuned = [(np.full(4, v) + chunks, count) for v in (220.0, 236.0, 228.0)]  # mean nats per token 2.2, 2.36, 2.28
+    reference = [(np.full(4, v) + chunks, count) for v in (210.0, 210.0, 214.0)]
+    out = recovery_over_seeds(stock, swapped, tuned, reference, n_resamples=400)
+    gaps = np.array([0.10, 0.26, 0.14])  # log(ppl_tuned / ppl_reference) per seed
+    assert out["gap"] == pytest.approx(math.expm1(gaps.mean()))
+    assert [s["gap"] for s in out["per_seed"]] == pytest.approx(np.expm1(gaps).tolist())
+    # the chunks move tuned and reference alike, so only the seeds' spread is left: t with 2 degrees of freedom
+    half = 4.302652729911275 * gaps.std(ddof=1) / math.sqrt(3)
+    assert out["gap_ci"] == pytest.approx((math.expm1(gaps.mean() - half), math.expm1(gaps.mean() + half)), rel=1e-6)
+    shares = [(math.exp(4) - math.exp(v)) / (math.exp(4) - math.exp(2)) for v in (2.2, 2.36, 2.28)]
+    assert out["recovered"] == pytest.approx(np.mean(shares)) and out["ci"][0] < out["recovered"] < out["ci"][1]
+    assert out["seeds"] == 3 and out["damage"] == pytest.approx(math.exp(2) - 1)
+
+
+def test_seeds_that_all_agree_never_give_a_zero_width_interval():
+    count = np.full(4, 100)
+    stock, swapped = (np.full(4, 200.0), count), (np.full(4, 400.0), count)
+    tuned = [(np.full(4, 220.0), count)] * 3
+    reference = [(np.full(4, 210.0), count)] * 3
+    out = recovery_over_seeds(stock, swapped, tuned, reference, n_resamples=200)
+    lo, hi = out["gap_ci"]
+    assert out["gap"] == pytest.approx(math.expm1(0.1)) and hi - lo > 0.5  # three seeds cannot bound it
+    assert out["ci"][1] - out["ci"][0] > 0.5
+    with pytest.raises(ValueError, match="paired by seed"):
+        recovery_over_seeds(stock, swapped, tuned, reference[:2])

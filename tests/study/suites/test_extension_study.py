@@ -160,3 +160,68 @@ def test_tiny_extension_study_end_to_end_and_resume(tmp_path, capsys):
     assert any("reusing 4 trained models" in m for m in logs) and not any("training" in m for m in logs), logs
     assert any("reusing the real model's reads of 3 method(s)" in m for m in logs), logs  # nothing read again
     assert (tmp_path / "runs" / "reads_pretrain.pt").is_file()
+
+
+def test_an_option_chosen_on_validation_reads_the_test_split_with_the_best_value(tmp_path):
+    """Zero-shot and fine-tuned, per seed and factor: the value with the lowest validation loss is kept, and the
+    test read is the read of that value as a fixed method (the same model, the same sequences)."""
+    content = "{encoding: trajectory, base: rope, extend: factor, strength: %s}"
+    overrides = [f"output_dir={tmp_path / 'runs'}", f"report_dir={tmp_path / 'report'}", "workers=1", "seeds=[0, 1]",
+                 "model.num_hidden_layers=1", "model.hidden_size=32", "model.intermediate_size=64",
+                 "model.num_attention_heads=2", "model.num_key_value_heads=2", "model.max_position_embeddings=16",
+                 "data.block_size=16", "data.train=10", "data.test=10", "data.validation=10", "train.steps=3",
+                 "train.warmup_steps=1", "train.log_every=1", "eval.factors=[2, 4]", "eval.max_sequences=2",
+                 "finetune.methods=[chosen]", "finetune.steps=2", "finetune.warmup_steps=0",
+                 "methods={stock: null, low: %s, high: %s, chosen: %s}" % (
+                     content % "0.0", content % "1.0", content % "{choose: [0.0, 1.0]}"),
+                 "comparisons=[[chosen, stock]]", "published=[]", "real=null"]
+    cfg = load_study_config(EXTENSION, overrides=overrides)
+    paths = run_study(cfg, progress=False, log=lambda m: None, summary=False)
+    data = json.loads(paths["study_json"].read_text())
+    scores = data["scores"]["pretrain"]
+    for factor, cells in data["chosen"]["pretrain"]["chosen"].items():
+        for cell in cells:
+            losses = cell["validation_loss"]
+            assert cell["value"] == float(min(losses, key=losses.get))
+            fixed = "low" if cell["value"] == 0.0 else "high"
+            for kind, per_seed in scores["chosen"][factor].items():
+                assert per_seed["whole"][cell["seed"]] == scores[fixed][factor][kind]["whole"][cell["seed"]]
+    assert {c["seed"] for c in data["chosen"]["finetune"]["chosen"]["4"]} == {0, 1}
+    folders = sorted(p.name for p in (tmp_path / "runs" / "models" / "finetune").iterdir() if p.is_dir())
+    assert folders == ["chosen_0p0_s0", "chosen_0p0_s1", "chosen_1p0_s0", "chosen_1p0_s1"]
+    md = paths["study_md"].read_text()
+    assert "### Zero-shot: chosen chooses strength on validation" in md and "| 4x |" in md
+
+
+def test_a_choice_needs_validation_data_and_one_option():
+    choose = "methods.c={encoding: trajectory, base: rope, extend: factor, strength: {choose: [0.1, 0.5]}}"
+    with pytest.raises(ConfigError, match="set data.validation"):
+        load_study_config(EXTENSION, overrides=[choose, "real=null"])
+    with pytest.raises(ConfigError, match="one option may be chosen"):
+        load_study_config(EXTENSION, overrides=["data.validation=10", "real=null",
+                                                "methods.c={encoding: trajectory, base: rope, extend: factor, "
+                                                "strength: {choose: [0.1, 0.5]}, max_step: {choose: [1, 2]}}"])
+    with pytest.raises(ConfigError, match="two or more distinct values"):
+        load_study_config(EXTENSION, overrides=["data.validation=10", "real=null", choose.replace("0.1, 0.5", "0.1")])
+    with pytest.raises(ConfigError, match="the real model does not have"):
+        load_study_config(EXTENSION, overrides=[choose, "data.validation=10", "real.methods=[stock, c]"])
+    cfg = load_study_config(EXTENSION, overrides=[choose, "data.validation=10"])
+    assert "c" not in cfg.real_methods() and "yarn" in cfg.real_methods()
+    with pytest.raises(ConfigError, match="must include the reference"):
+        load_study_config(EXTENSION, overrides=["eval.methods=[pi, yarn]"])
+
+
+def test_the_content_config_chooses_the_strength_on_the_extension_studys_models():
+    content = load_study_config(str(ROOT / "configs" / "study" / "extension_content.yaml"))
+    base = load_study_config(EXTENSION)
+    assert content.model == base.model and content.train == base.train and content.seeds == base.seeds
+    assert content.data.validation > 0 and content.correction == "holm" and content.real is None
+    assert "content_learned" not in content.zero_shot_methods() and "content_tuned" in content.zero_shot_methods()
+    from hf_trajpe.study.suites.extension.suite import ExtensionSuite
+    from hf_trajpe.study.suite import Part
+
+    runs = ExtensionSuite().plan(content, Part("finetune", {"part": "finetune"}, ""), Path("/tmp/unused"))
+    tuned = sorted({r.name for r in runs if r.name.startswith("content_tuned_")})
+    assert tuned == ["content_tuned_0p0", "content_tuned_0p1", "content_tuned_0p25", "content_tuned_0p5",
+                     "content_tuned_1p0"]
+    assert {r.options["strength"] for r in runs if r.name.startswith("content_tuned_")} == {0.0, 0.1, 0.25, 0.5, 1.0}

@@ -31,7 +31,7 @@ with open(out.parent / "launches.txt", "a") as fh:
     fh.write(cfg["name"] + (" --resume" if "--resume" in sys.argv else "") + "\\n")
 swapped = cfg["encoding"]["name"] != "native"
 steps = cfg["train"]["max_steps"]
-ppl = [(30.0 if swapped else 10.0) - s for s in range(0, steps + 1, 2)]
+ppl = [(30.0 if swapped else 10.0) - s + (0.5 * cfg["seed"] if s else 0.0) for s in range(0, steps + 1, 2)]
 evals = [{"step": s, "real_text": {"perplexity": p, "loss": 1.0}} for s, p in zip(range(0, steps + 1, 2), ppl)]
 (out / "eval.json").write_text(json.dumps(evals))
 (out / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "train/loss": 3.0 - s / 10,
@@ -77,7 +77,8 @@ def test_the_yaml_keeps_the_scripts_defaults_and_plans_native_once(installed, mo
     assert layered.options(layered.runs()[1]) == {"encoding": "trajectory", "strength": 0.2,
                                                   "learnable_strength": True, "layers": "top:2"}
     assert run_name("none", "top:8") == "none_top8" and run_name("none", "all") == "none"
-    for bad, match in ((["seeds=[0, 1]"], "runs one seed"), (["layers=[top:x]"], "layers: "),
+    for bad, match in ((["seeds=[0, 0]"], "distinct seeds"), (["seeds=[]"], "distinct seeds"),
+                       (["layers=[top:x]"], "layers: "),
                        (["encodings={a: {encoding: native}, b: {encoding: native}}"], "one entry may be the stock"),
                        (["experiment=nowhere.yaml"], "experiment: no file at 'nowhere.yaml'")):
         with pytest.raises(ConfigError, match=match):
@@ -123,6 +124,23 @@ def test_the_engine_runs_each_run_through_the_recipe_resumes_and_reports(tmp_pat
     again = run_study(load_study_config(path), progress=False, log=logs.append, summary=False)
     assert "reusing 2 trained models" in "\n".join(logs) and again["study_md"].read_text().count("| 4 |") == 1
     assert len((models / "launches.txt").read_text().split()) == 2  # nothing trained again
+
+
+def test_several_seeds_train_a_run_per_seed_and_report_the_mean_curve_with_its_range(tmp_path, installed):
+    path = _study(tmp_path, encodings={"native": {"encoding": "native"}, "none": {"encoding": "none"}},
+                  layers=["top:2"], steps=4, seeds=[0, 1], eval={"recovery": False})
+    paths = run_study(load_study_config(path), progress=False, log=lambda m: None, summary=False)
+    models = tmp_path / "runs" / "models"
+    assert sorted(p.name for p in models.iterdir() if p.is_dir()) == ["native_s0", "native_s1", "none_top2_s0",
+                                                                      "none_top2_s1"]
+    assert json.loads((models / "none_top2_s1" / "train_summary.json").read_text())["seed"] == 1
+    md = paths["study_md"].read_text()
+    assert "2 seeds (0, 1)" in md and "| 4 | 6.25 (6.00-6.50) | 26.25 (26.00-26.50) |" in md
+    assert "Stock model (no swap, no training): perplexity **10.00**." in md  # step 0: every seed the stock model
+    assert "none_top2 not within 4 (per seed: not within 4, not within 4)" in md
+    saved = json.loads((tmp_path / "report" / "recovery.json").read_text())
+    assert saved["seeds"] == [0, 1] and saved["curves_per_seed"]["native"]["1"][-1]["perplexity"] == 6.5
+    assert saved["curves"]["native"][-1] == {"step": 4, "perplexity": 6.25, "loss": 1.0, "per_seed": [6.0, 6.5]}
 
 
 def _script():

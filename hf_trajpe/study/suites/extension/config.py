@@ -7,6 +7,11 @@ the model as trained. The factor is filled in per reading: a ``rope_parameters``
 gets the reading's factor, ``extend: factor`` is replaced by it, and any other option written ``factor`` or
 ``<k>*factor`` by ``k`` times it (an integer where it is one: ``group_size: 2*factor``), so one entry describes a
 method at every factor (:func:`method_options`).
+
+One option of a method may be written ``{choose: [values]}``: the study then chooses its value on the
+validation split (``data.validation`` documents per type), per seed and factor, as the one whose read has the
+lowest validation loss, and reads the test split with it (:func:`choice_of`); a fine-tuned method with a choice
+trains one model per value.
 """
 
 from __future__ import annotations
@@ -21,11 +26,13 @@ from ...base_config import TrainedStudyConfig
 from ...config import StudyTrain, check_comparisons, check_encoding_names, check_margin, check_training_sections
 from ...plan import AnalysisPlan, check_correction
 
-__all__ = ["ExtensionData", "ExtensionEval", "ExtensionFinetune", "ExtensionReal", "ExtensionStudyConfig",
-           "FACTOR", "method_options"]
+__all__ = ["CHOOSE", "ExtensionData", "ExtensionEval", "ExtensionFinetune", "ExtensionReal", "ExtensionStudyConfig",
+           "FACTOR", "choice_of", "method_options", "value_name"]
 
 #: the value of ``extend`` that stands for the reading's factor
 FACTOR = "factor"
+#: the key of an option chosen on validation data: ``strength: {choose: [0.0, 0.25, 0.5]}``
+CHOOSE = "choose"
 
 
 @dataclass
@@ -34,11 +41,13 @@ class ExtensionData:
     test: int = 200  # test documents per content type
     seed: int = 0
     block_size: int = 64  # the trained length T
+    validation: int = 0  # validation documents per content type (where an option is chosen on validation)
 
 
 @dataclass
 class ExtensionEval:
     factors: list[float] = field(default_factory=lambda: [2.0, 4.0, 8.0])  # read factor x T tokens
+    methods: list[str] | None = None  # the methods read zero-shot; None: every method
     max_sequences: int = 16  # test sequences per content type at every length
     batch_size: int = 8
     n_resamples: int = 2000
@@ -105,11 +114,27 @@ class ExtensionStudyConfig(TrainedStudyConfig):
         if self.reference not in self.methods:
             raise ConfigError(f"reference {self.reference!r} is not one of the methods {list(self.methods)}")
         for name in self.methods:
+            try:
+                choice = choice_of(self.methods[name])
+            except ValueError as err:
+                raise ConfigError(f"methods.{name}: {err}") from None
             for factor in self.eval.factors:
-                try:
-                    method_options(self.methods[name], factor)
-                except (TypeError, ValueError) as err:
-                    raise ConfigError(f"methods.{name} (at factor {factor:g}): {err}") from None
+                for value in [None] if choice is None else choice[1]:
+                    try:
+                        method_options(self.methods[name], factor, value)
+                    except (TypeError, ValueError) as err:
+                        at = "" if value is None else f", {choice[0]} {value!r}"
+                        raise ConfigError(f"methods.{name} (at factor {factor:g}{at}): {err}") from None
+            if choice is not None and self.data.validation < 1:
+                raise ConfigError(f"methods.{name} chooses {choice[0]} on validation data: set data.validation "
+                                  "(validation documents per content type, e.g. 100)")
+        unknown = [m for m in self.eval.methods or [] if m not in self.methods]
+        if unknown or self.eval.methods == []:
+            raise ConfigError(f"eval.methods: names of methods {list(self.methods)} (or null: every method), got "
+                              f"{self.eval.methods}")
+        if self.eval.methods is not None and self.reference not in self.eval.methods:
+            raise ConfigError(f"eval.methods must include the reference {self.reference!r}: every zero-shot "
+                              "comparison is made against it")
         check_comparisons(self.comparisons, self.methods)
         for claim in self.published:
             if (not isinstance(claim, dict) or set(claim) - {"claim", "model", "reference", "part"}
@@ -141,12 +166,22 @@ class ExtensionStudyConfig(TrainedStudyConfig):
             unknown = [m for m in self.real.methods or [] if m not in self.methods]
             if unknown:
                 raise ConfigError(f"real.methods: {unknown} are not methods {list(self.methods)}")
+            chosen = [m for m in self.real.methods or [] if choice_of(self.methods[m]) is not None]
+            if chosen:
+                raise ConfigError(f"real.methods: {chosen} choose an option on the small models' validation data, "
+                                  "which the real model does not have; give the real model fixed options")
             if self.real.length < 2 or not self.real.factor >= 1:
                 raise ConfigError("real: length >= 2 and factor >= 1 are needed")
         return self
 
     def real_methods(self) -> list[str]:
-        return list(self.real.methods or self.methods) if self.real is not None else []
+        """The methods the real model is read with (by default every method with fixed options)."""
+        if self.real is None:
+            return []
+        return list(self.real.methods or [m for m, o in self.methods.items() if choice_of(o) is None])
+
+    def zero_shot_methods(self) -> dict:
+        return {m: self.methods[m] for m in self.eval.methods or self.methods}
 
     def real_model_problem(self) -> str | None:
         """Why ``real.model`` cannot be read here (not installed, no such file), or ``None``: the study then
@@ -173,8 +208,32 @@ class ExtensionStudyConfig(TrainedStudyConfig):
         return Path(self.output_dir) / "models" / "pretrain" / f"rope_s{seed}"
 
 
-def method_options(options: dict | None, factor: float) -> dict | None:
-    """The ``hf_trajpe.patch`` options of a method at ``factor`` (None: the model as trained), checked."""
+def choice_of(options: dict | None) -> tuple[str, list] | None:
+    """``(option, values)`` of the option a method chooses on validation data (written ``{choose: [values]}``),
+    or ``None``; at most one option of a method is chosen."""
+    if not isinstance(options, dict):
+        return None
+    chosen = [(k, v) for k, v in options.items() if isinstance(v, dict) and CHOOSE in v]
+    if not chosen:
+        return None
+    if len(chosen) > 1:
+        raise ValueError(f"one option may be chosen on validation, got {[k for k, _ in chosen]}")
+    name, spec = chosen[0]
+    values = spec[CHOOSE]
+    if set(spec) != {CHOOSE} or not isinstance(values, list) or len(values) < 2 or len(set(map(repr, values))) < len(
+            values):
+        raise ValueError(f"{name}: {{choose: [two or more distinct values]}}, got {spec!r}")
+    return name, list(values)
+
+
+def value_name(value: object) -> str:
+    """A chosen value as part of a run's folder name (``0.25`` -> ``0p25``, ``-1`` -> ``m1``)."""
+    return "".join(c if c.isalnum() else {".": "p", "-": "m"}.get(c, "_") for c in str(value))
+
+
+def method_options(options: dict | None, factor: float, chosen: object = None) -> dict | None:
+    """The ``hf_trajpe.patch`` options of a method at ``factor`` (None: the model as trained), checked;
+    ``chosen``: the value of the option the method chooses on validation (:func:`choice_of`)."""
     from ....patching import PatchConfig
 
     if options is None or options == {"encoding": "native"}:
@@ -182,6 +241,11 @@ def method_options(options: dict | None, factor: float) -> dict | None:
     if not isinstance(options, dict) or "encoding" not in options:
         raise ValueError(f"expected null or a mapping with an 'encoding' key, got {options!r}")
     opts = copy.deepcopy(options)
+    choice = choice_of(opts)
+    if choice is not None:
+        if chosen is None:
+            raise ValueError(f"{choice[0]} is chosen on validation data: give the chosen value")
+        opts[choice[0]] = chosen
     params = opts.get("rope_parameters")
     if isinstance(params, dict) and params.get("rope_type", "default") != "default":
         params.setdefault("factor", float(factor))

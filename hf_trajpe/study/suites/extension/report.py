@@ -101,6 +101,25 @@ def _cmp_table(comps: list[dict], other: str | None = None) -> list[str]:
     return lines
 
 
+def _chosen_lines(cfg, chosen: dict, title: str) -> list[str]:
+    """What each method that chooses an option on validation chose, per factor and seed, and from what."""
+    from .config import choice_of
+
+    lines = []
+    for method, by_f in chosen.items():
+        option, values = choice_of(cfg.methods[method])
+        lines += [f"### {title}: {method} chooses {option} on validation\n",
+                  f"From {', '.join(map(repr, values))}: per seed and factor, the value whose read has the lowest loss "
+                  f"over the validation sequences ({cfg.data.validation} documents per type, disjoint from the test "
+                  "documents); the test split is then read with it.\n",
+                  "| factor | " + " | ".join(f"seed {c['seed']}" for c in next(iter(by_f.values()))) + " |",
+                  "|---|" + "---:|" * len(next(iter(by_f.values())))]
+        lines += [f"| {float(f):g}x | " + " | ".join(f"{c['value']!r}" for c in cells) + " |"
+                  for f, cells in by_f.items()]
+        lines.append("")
+    return lines
+
+
 def _state(verdict: str) -> str:
     if verdict.startswith("better"):
         return "reproduced"
@@ -210,6 +229,14 @@ def write_extension_report(cfg, results: dict, summaries: list[dict], timing: di
             title += f" at {ft.factor:g}x T ({ft.steps} steps, lr {ft.lr:g}; read as fine-tuned)"
         md += [f"## {title}: perplexity, all types pooled\n", *_ppl_table(cfg, scores, ALL, "whole"), "",
                f"### {title}: comparisons\n", *_cmp_table(comps[part], other), ""]
+        md += _chosen_lines(cfg, results[part].get("chosen") or {}, title)
+        learned: dict[str, list[str]] = {}
+        for run in summaries:
+            if run.get("part") == part and "learned_strength" in run:
+                learned.setdefault(run["name"], []).append(f"{run['learned_strength']:.3f} (seed {run['seed']})")
+        if learned:
+            md += [f"Learned strength at the end of the fine-tune (it started at the method's strength): "
+                   + "; ".join(f"{name}: {', '.join(values)}" for name, values in learned.items()) + ".", ""]
     if cfg.comparisons:
         md += ["## Verdicts\n"]
         for part in comps:
@@ -262,7 +289,9 @@ def write_extension_report(cfg, results: dict, summaries: list[dict], timing: di
                                       for f, by_k in by_f.items()}
                                   for m, by_f in _cells(results[part]["scores"]).items()}
                            for part in ("pretrain", "finetune") if part in results},
-            "scores": {part: results[part]["scores"] for part in ("pretrain", "finetune") if part in results}}
+            "scores": {part: results[part]["scores"] for part in ("pretrain", "finetune") if part in results},
+            "chosen": {part: results[part]["chosen"] for part in ("pretrain", "finetune")
+                       if results.get(part, {}).get("chosen")}}
     paths["study_json"].write_text(json.dumps(data, indent=1, default=_json) + "\n")
     return paths
 

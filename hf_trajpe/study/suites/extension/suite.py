@@ -23,6 +23,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from ...config import experiment_config
@@ -31,7 +32,7 @@ from ...rows import ROWS, save_rows
 from ...runs import SUMMARY, Run, run_folder
 from ...screen import first_screen
 from ...suite import Part, Prepared, Suite
-from .config import ExtensionStudyConfig, method_options
+from .config import ExtensionStudyConfig, choice_of, method_options, value_name
 from .eval import read_losses, test_blocks
 
 __all__ = ["ExtensionSuite", "read_all"]
@@ -41,11 +42,12 @@ PRETRAIN, FINETUNE, REAL = "pretrain", "finetune", "real"
 PRETRAINED = "rope"
 
 
-def _read_key(folder: str, options: dict | None, factor: float, count: int) -> str:
-    """What decides a read: the model (its folder and when it was trained), the method's options, the length
-    and the number of sequences (the test data is the study's, fixed by its fingerprint)."""
+def _read_key(folder: str, options: dict | None, factor: float, count: int, split: str = "test") -> str:
+    """What decides a read: the model (its folder and when it was trained), the method's options, the length,
+    the number of sequences and the split (the data is the study's, fixed by its fingerprint)."""
     stamp = (Path(folder) / SUMMARY).stat().st_mtime_ns
-    return json.dumps([str(folder), stamp, options, float(factor), count], sort_keys=True)
+    return json.dumps([str(folder), stamp, options, float(factor), count] + ([split] if split != "test" else []),
+                      sort_keys=True)
 
 
 def _load_reads(cache: Path | None) -> dict:
@@ -56,57 +58,88 @@ def _load_reads(cache: Path | None) -> dict:
     return {k: {kind: {n: t.numpy() for n, t in sc.items()} for kind, sc in v.items()} for k, v in saved.items()}
 
 
-def read_all(models: dict[int, str | dict[str, str]], methods: dict[str, dict | None], factors: list[float],
-             streams: dict, trained: int, count: int, batch_size: int, progress: bool, label: str,
-             patch_at_read: bool = True, cache: Path | None = None) -> dict:
+def _pooled_loss(scores: dict) -> float:
+    """The mean loss over every sequence of every type of one read (what a choice on validation minimises)."""
+    return float(np.mean(np.concatenate([s["whole"] for s in scores.values()])))
+
+
+def read_all(models: dict[int, str | dict[str, str | list[str]]], methods: dict[str, dict | None],
+             factors: list[float], streams: dict, trained: int, count: int, batch_size: int, progress: bool,
+             label: str, patch_at_read: bool = True, cache: Path | None = None, validation: dict | None = None,
+             chosen: dict | None = None) -> dict:
     """``{method: {factor: {type: {"whole": [per seed [N]], "past": [...]}}}}``: every seed's model read at
     ``factor`` x ``trained`` tokens of each type's test stream. ``patch_at_read``: ``models`` are seed -> folder,
     and each method is patched onto the loaded model at the read's factor (zero-shot); otherwise ``models`` are
-    seed -> {method: folder} of fine-tuned models, read as saved. ``cache``: a file of finished reads, reused
-    and extended (a study run again re-reads nothing that has not changed)."""
+    seed -> {method: folder} of fine-tuned models, read as saved (a method that chooses an option: one folder per
+    value, in the order of its values). ``validation``: each type's validation stream, on which a method that
+    chooses an option (:func:`~.config.choice_of`) reads every value, per seed and factor, and keeps the one with
+    the lowest loss over every validation sequence; ``chosen`` is filled with ``{method: {factor: [per seed
+    {"seed", "value", "validation_loss": {value: loss}}]}}``. ``cache``: a file of finished reads, reused and
+    extended (a study run again re-reads nothing that has not changed)."""
     from tqdm.auto import tqdm
 
     from ....evaluation import load_model
     from ....patching import patch
 
     done = _load_reads(cache)
-    blocks = {f: test_blocks(streams, int(round(f * trained)), count) for f in factors}
+    blocks = {"test": {f: test_blocks(streams, int(round(f * trained)), count) for f in factors}}
+    if validation is not None:
+        blocks["validation"] = {f: test_blocks(validation, int(round(f * trained)), count) for f in factors}
+    loaded: dict = {"folder": None, "model": None}
+
+    def read(folder: str, options: dict | None, f: float, split: str) -> dict:
+        key = _read_key(folder, options, f, count, split)
+        if key not in done:
+            if loaded["folder"] != folder:
+                loaded["model"] = None
+                gc.collect()
+                loaded.update(folder=folder, model=load_model(folder))
+            model, handle = loaded["model"], None
+            if options is not None:
+                options = dict(options)
+                handle = patch(model, options.pop("encoding"), **options)
+            try:
+                done[key] = {kind: read_losses(model, b, trained, batch_size) for kind, b in blocks[split][f].items()}
+            finally:
+                if handle is not None:
+                    handle.unpatch()
+        return done[key]
+
     bar = tqdm(total=len(models) * len(methods) * len(factors), desc=f"{label}: reading", unit="read",
                disable=not progress, file=sys.stderr)
     out: dict = {}
-    for _seed, folders in sorted(models.items()):
-        model = None
+    for seed, folders in sorted(models.items()):
         for method, opts in methods.items():
-            folder = folders if patch_at_read else folders[method]
+            choice = choice_of(opts)
             for f in factors:
-                options = method_options(opts, f) if patch_at_read else None
-                key = _read_key(folder, options, f, count)
-                if key not in done:
-                    if model is None or not patch_at_read:
-                        model = load_model(folder)
-                    handle = None
-                    if options is not None:
-                        options = dict(options)
-                        handle = patch(model, options.pop("encoding"), **options)
-                    try:
-                        done[key] = {kind: read_losses(model, b, trained, batch_size) for kind, b in blocks[f].items()}
-                    finally:
-                        if handle is not None:
-                            handle.unpatch()
-                for kind, scores in done[key].items():
+                if choice is None:
+                    folder = folders if patch_at_read else folders[method]
+                    scores = read(folder, method_options(opts, f) if patch_at_read else None, f, "test")
+                else:
+                    if validation is None:
+                        raise ValueError(f"{method} chooses {choice[0]} on validation data: give the validation "
+                                         "streams")
+                    candidates = [(v, folders if patch_at_read else folders[method][i],
+                                   method_options(opts, f, v) if patch_at_read else None)
+                                  for i, v in enumerate(choice[1])]
+                    losses = [_pooled_loss(read(*c[1:], f, "validation")) for c in candidates]
+                    best = int(np.argmin(losses))
+                    if chosen is not None:
+                        chosen.setdefault(method, {}).setdefault(f"{f:g}", []).append(
+                            {"seed": seed, "value": candidates[best][0],
+                             "validation_loss": {repr(c[0]): loss for c, loss in zip(candidates, losses, strict=True)}})
+                    scores = read(*candidates[best][1:], f, "test")
+                for kind, sc in scores.items():
                     cell = out.setdefault(method, {}).setdefault(f"{f:g}", {}).setdefault(
                         kind, {"whole": [], "past": []})
-                    for name, value in scores.items():
+                    for name, value in sc.items():
                         cell[name].append(value)
                 bar.update(1)
-            if not patch_at_read:
-                model = None
-                gc.collect()
         if cache is not None:
             torch.save({k: {kind: {n: torch.from_numpy(a) for n, a in sc.items()} for kind, sc in v.items()}
                         for k, v in done.items()}, cache)
-        model = None
-        gc.collect()
+    loaded["model"] = None
+    gc.collect()
     bar.close()
     return out
 
@@ -142,7 +175,8 @@ class ExtensionSuite(Suite):
             quiet = datasets.utils.are_progress_bars_disabled()
             datasets.disable_progress_bars()
             try:
-                save_all(data_dir, sizes={"train": cfg.data.train, "validation": 0, "test": cfg.data.test},
+                save_all(data_dir, sizes={"train": cfg.data.train, "validation": cfg.data.validation,
+                                    "test": cfg.data.test},
                          seed=cfg.data.seed, progress=False)
             finally:
                 if not quiet:
@@ -160,10 +194,15 @@ class ExtensionSuite(Suite):
     def plan(self, cfg: ExtensionStudyConfig, part: Part, out: Path) -> list[Run]:
         if part.name == PRETRAIN:
             return [Run(PRETRAINED, s, None, run_folder(out / "models" / PRETRAIN, PRETRAINED, s)) for s in cfg.seeds]
-        if part.name == FINETUNE:
-            ft = cfg.finetune
-            return [Run(m, s, method_options(cfg.methods[m], ft.factor), run_folder(out / "models" / FINETUNE, m, s))
-                    for m in ft.methods for s in cfg.seeds]
+        if part.name == FINETUNE:  # a method that chooses an option on validation: one run per value
+            ft, runs = cfg.finetune, []
+            for m in ft.methods:
+                choice = choice_of(cfg.methods[m])
+                for value in [None] if choice is None else choice[1]:
+                    name = m if choice is None else f"{m}_{value_name(value)}"
+                    runs += [Run(name, s, method_options(cfg.methods[m], ft.factor, value),
+                                 run_folder(out / "models" / FINETUNE, name, s)) for s in cfg.seeds]
+            return runs
         return []
 
     def experiment(self, cfg: ExtensionStudyConfig, part: Part, prepared: Prepared, run: Run) -> dict:
@@ -188,26 +227,39 @@ class ExtensionSuite(Suite):
             from ....data.registry import names
             from ....evaluation import content_streams
 
-            streams = content_streams(sorted(names()), load_tokenizer(cfg.tokenizer), "clm",
-                                      data_dir=prepared.extra["data_dir"])
-            T, ev = cfg.data.block_size, cfg.eval
+            tokenizer, data_dir = load_tokenizer(cfg.tokenizer), prepared.extra["data_dir"]
+            streams = content_streams(sorted(names()), tokenizer, "clm", data_dir=data_dir)
+            validation = (content_streams(sorted(names()), tokenizer, "clm", data_dir=data_dir, split="validation")
+                          if cfg.data.validation else None)
+            T, ev, chosen = cfg.data.block_size, cfg.eval, {}
             if part.name == PRETRAIN:
                 models = {r.seed: str(r.folder) for r in runs}
-                log(f"reading with {len(cfg.methods)} methods at {', '.join(f'{f:g}x' for f in ev.factors)} {T} tokens")
-                scores = read_all(models, cfg.methods, ev.factors, streams, T, ev.max_sequences, ev.batch_size,
-                                  progress, part.name, cache=Path(cfg.output_dir) / "reads_pretrain.pt")
+                methods = cfg.zero_shot_methods()
+                log(f"reading with {len(methods)} methods at {', '.join(f'{f:g}x' for f in ev.factors)} {T} tokens")
+                scores = read_all(models, methods, ev.factors, streams, T, ev.max_sequences, ev.batch_size,
+                                  progress, part.name, cache=Path(cfg.output_dir) / "reads_pretrain.pt",
+                                  validation=validation, chosen=chosen)
             else:
-                folders: dict[int, dict[str, str]] = {}
-                for r in runs:
-                    folders.setdefault(r.seed, {})[r.name] = str(r.folder)
+                folders: dict[int, dict] = {}
+                for m in cfg.finetune.methods:
+                    choice = choice_of(cfg.methods[m])
+                    for s in cfg.seeds:
+                        folders.setdefault(s, {})[m] = (
+                            str(self._folder(runs, m, s)) if choice is None else
+                            [str(self._folder(runs, f"{m}_{value_name(v)}", s)) for v in choice[1]])
                 methods = {m: cfg.methods[m] for m in cfg.finetune.methods}
                 log(f"reading the fine-tuned models at {', '.join(f'{f:g}x' for f in ev.factors)} {T} tokens")
                 scores = read_all(folders, methods, ev.factors, streams, T, ev.max_sequences, ev.batch_size,
                                   progress, part.name, patch_at_read=False,
-                                  cache=Path(cfg.output_dir) / "reads_finetune.pt")
-            result = {"scores": scores}
+                                  cache=Path(cfg.output_dir) / "reads_finetune.pt", validation=validation,
+                                  chosen=chosen)
+            result = {"scores": scores, **({"chosen": chosen} if chosen else {})}
         result["eval_cpu_seconds"] = time.process_time() - started
         return result
+
+    @staticmethod
+    def _folder(runs: list[Run], name: str, seed: int) -> Path:
+        return next(r.folder for r in runs if r.name == name and r.seed == seed)
 
     def _real(self, cfg: ExtensionStudyConfig, progress: bool, log) -> dict:
         """The real model read with each method in turn; each method's result is kept in ``output_dir/real.json``

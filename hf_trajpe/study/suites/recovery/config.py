@@ -55,7 +55,7 @@ class RecoveryStudyConfig(BaseStudyConfig):
     steps: int | None = None  # train.max_steps of every run; None: the experiment config's
     #: CPU threads of each run (accelerate's --num_cpu_threads_per_process; None: accelerate's choice, all cores)
     threads: int | None = None
-    seeds: list[int] = field(default_factory=lambda: [0])  # one: the report has no seed intervals
+    seeds: list[int] = field(default_factory=lambda: [0])  # several: the gaps get intervals over seeds
     output_dir: str = "runs/study/recovery"
     report_dir: str = "outputs/study_recovery"
     workers: int = 1  # runs at once (each uses every core unless threads says otherwise)
@@ -129,8 +129,8 @@ class RecoveryStudyConfig(BaseStudyConfig):
                 normalize_selection(sel)
             except (TypeError, ValueError) as err:
                 raise ConfigError(f"layers: {err}") from None
-        if len(self.seeds) != 1:
-            raise ConfigError(f"seeds: the recovery study runs one seed (its report has no seed intervals), got "
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise ConfigError(f"seeds: one or more distinct seeds (one run per seed of every encoding), got "
                               f"{self.seeds}")
         for key in ("steps", "threads"):
             if getattr(self, key) is not None and getattr(self, key) < 1:

@@ -79,21 +79,24 @@ def first_chunks(stream: list[int], block: int, chunks: int):
     return torch.tensor(stream[: n * block], dtype=torch.long).view(n, block)
 
 
-def recovery_shares(exp: dict, swapped: dict[str, tuple[dict, Path]], native: Path | None, out: Path,
-                    types: list[str], chunks: int) -> dict:
-    """``{run: {type: recovery_fraction(...)}}`` for every swapped run (``swapped``: name -> (its patch options,
-    its final model)): the stock model, the stock model swapped (before tuning) and the run's final model scored
-    on the same ``chunks`` test blocks of the training length; ``native``: the stock model tuned the same way
-    (its final model), the reference of the gap after tuning."""
+def recovery_shares(exp: dict, swapped: dict[str, tuple[dict, list[Path]]], native: list[Path] | None, out: Path,
+                    types: list[str], chunks: int, seeds: list[int] | None = None) -> dict:
+    """``{run: {type: recovery_over_seeds(...)}}`` for every swapped run (``swapped``: name -> (its patch options,
+    its final model per seed)): the stock model, the stock model swapped (before tuning) and each seed's final
+    model scored on the same ``chunks`` test blocks of the training length; ``native``: the stock model tuned the
+    same way (its final model per seed, paired with the swapped runs by seed), the reference of the gap after
+    tuning. ``seeds``: the training seeds, in the order of the final models (one seed: the files of a one-seed
+    study, ``<run>_tuned.json``; several: ``<run>_s<seed>_tuned.json``)."""
     from ....data import load_tokenizer
     from ....evaluation.evaluate_models import content_streams
-    from ....evaluation.recovery import recovery_fraction
+    from ....evaluation.recovery import recovery_over_seeds
     from ....loading import load_model, resolve_source
     from ....patching import from_pretrained
     from ....patching import patch as patch_model
 
     if not swapped:
         return {}
+    seeds = list(seeds or [0])
     source = resolve_source(exp["model"]["path"], "model.path")
     tokenizer = load_tokenizer(str(resolve_source(exp["model"]["tokenizer"], "model.tokenizer")))
     block = int(exp["data"]["block_size"])
@@ -104,31 +107,39 @@ def recovery_shares(exp: dict, swapped: dict[str, tuple[dict, Path]], native: Pa
     blocks = {t: first_chunks(s, block, chunks) for t, s in streams.items()}
     key = {"types": types, "chunks": {t: int(b.shape[0]) for t, b in blocks.items()}, "block": block,
            "source": str(source), "test": int(exp["data"]["test"])}
+    scores_dir = out / "recovery_scores"
+
+    def seed_file(name: str, seed: int) -> Path:
+        return scores_dir / (f"{name}_tuned.json" if len(seeds) == 1 else f"{name}_s{seed}_tuned.json")
+
+    def tuned(name: str, final: Path, seed: int) -> dict:
+        return _cached(seed_file(name, seed), [final / "config.json"], key,
+                       lambda: _chunk_scores(from_pretrained(str(final)).eval(), blocks, tokenizer))
+
     _log(f"scoring {', '.join(f'{t} ({b.shape[0]})' for t, b in blocks.items())} chunks of {block} tokens")
     stock = load_model(source).eval()
-    scores = {"stock": _cached(out / "recovery_scores" / "stock.json", [], key,
-                               lambda: _chunk_scores(stock, blocks, tokenizer))}
-    reference = None  # the stock model tuned the same way, where the native run is part of the study
-    if native is not None and (native / "config.json").exists():
+    stock_scores = _cached(scores_dir / "stock.json", [], key, lambda: _chunk_scores(stock, blocks, tokenizer))
+    reference = None  # the stock model tuned the same way, per seed, where the native run is part of the study
+    if native and all((f / "config.json").exists() for f in native):
         _log("native: the stock model tuned")
-        reference = _cached(out / "recovery_scores" / "native_tuned.json", [native / "config.json"], key,
-                            lambda: _chunk_scores(from_pretrained(str(native)).eval(), blocks, tokenizer))
+        reference = [tuned("native", f, s) for f, s in zip(native, seeds, strict=True)]
     result = {}
-    for name, (options, final) in swapped.items():
+    for name, (options, finals) in swapped.items():
         def swapped_scores(options=options):
             opts = dict(options)
             with patch_model(stock, opts.pop("encoding"), **opts):
                 return _chunk_scores(stock, blocks, tokenizer)
 
-        def tuned_scores(final=final):
-            return _chunk_scores(from_pretrained(str(final)).eval(), blocks, tokenizer)
-
         _log(f"{name}: the swapped and the tuned model")
         patch = {"name": options["encoding"], **({"options": {k: v for k, v in options.items() if k != "encoding"}}
                                                  if len(options) > 1 else {})}
-        swapped_run = _cached(out / "recovery_scores" / f"{name}_swapped.json", [], dict(key, patch=patch),
-                              swapped_scores)
-        tuned = _cached(out / "recovery_scores" / f"{name}_tuned.json", [final / "config.json"], key, tuned_scores)
-        models = (scores["stock"], swapped_run, tuned) + ((reference,) if reference is not None else ())
-        result[name] = {t: recovery_fraction(*((m[t]["nll"], m[t]["count"]) for m in models)) for t in types}
+        swapped_run = _cached(scores_dir / f"{name}_swapped.json", [], dict(key, patch=patch), swapped_scores)
+        runs = [tuned(name, f, s) for f, s in zip(finals, seeds, strict=True)]
+
+        def pair(m: dict, t: str) -> tuple:
+            return m[t]["nll"], m[t]["count"]
+
+        result[name] = {t: recovery_over_seeds(pair(stock_scores, t), pair(swapped_run, t), [pair(r, t) for r in runs],
+                                               None if reference is None else [pair(r, t) for r in reference])
+                        for t in types}
     return result

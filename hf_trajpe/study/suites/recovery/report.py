@@ -22,18 +22,21 @@ def _percent(r: dict, key: str) -> str:
     return f"{100 * r[key]:+.1f}% [{100 * lo:+.1f}, {100 * hi:+.1f}]"
 
 
-def recovery_lines(shares: dict, runs: list, chunks: int, block: int) -> list[str]:
+def recovery_lines(shares: dict, runs: list, chunks: int, block: int, seeds: int = 1) -> list[str]:
     """Per swapped encoding, a table: one row per layer selection, one column per content type (``runs``: the
-    study's :class:`~.config.RecoveryRun` list, the native one left out)."""
+    study's :class:`~.config.RecoveryRun` list, the native one left out; ``seeds``: training seeds per run)."""
     if not shares:
         return []
     types = list(next(iter(shares.values())))
+    how = ("95% interval from resampling the chunks (paired)" if seeds == 1 else
+           f"share and gap: the mean over the {seeds} training seeds (the gap paired with the native run of the same "
+           "seed), 95% interval from Student's t over the seeds plus the chunks' standard error; the damage (no "
+           "training) from resampling the chunks")
     lines = ["## Recovered share of the swap's damage, per content type", "",
              "`(ppl_swapped - ppl_tuned) / (ppl_swapped - ppl_stock)`: 1 = back to the stock model, 0 = no better "
              "than the untuned swap (above 1: better than the stock model, which tuning on this text makes any model; "
              f"below 0: worse than the untuned swap). Each model scored on the same test chunks ({chunks} of {block} "
-             "tokens per type at most); 95% interval from resampling the chunks (paired). Perplexities in "
-             "`recovery.json`.", ""]
+             f"tokens per type at most); {how}. Perplexities and each seed's values in `recovery.json`.", ""]
     tables = [("recovered share", _share), ("damage of the swap, `ppl_swapped / ppl_stock - 1`",
                                              lambda r: _percent(r, "damage"))]
     if "gap" in next(iter(next(iter(shares.values())).values())):
@@ -58,6 +61,23 @@ def steps_to_stock(points: list[dict], stock: float) -> int | None:
     return next((p["step"] for p in points if p["perplexity"] <= stock), None)
 
 
+def _cell(point: dict) -> str:
+    """A curve's perplexity at one step: the mean over seeds and, with several, their range."""
+    seeds = point.get("per_seed")
+    spread = f" ({min(seeds):.2f}-{max(seeds):.2f})" if seeds and len(seeds) > 1 else ""
+    return f"{point['perplexity']:.2f}{spread}"
+
+
+def _reach(curve: dict[int, list[dict]] | None, points: list[dict], stock: float, last: int) -> str:
+    def one(c: list[dict]) -> str:
+        r = steps_to_stock(c, stock)
+        return f"step {r}" if r is not None else f"not within {last}"
+
+    if not curve:
+        return one(points)
+    return f"{one(points)} (per seed: {', '.join(one(c) for c in curve.values())})"
+
+
 def write_recovery_report(out: Path, result: dict, command: str | None) -> dict[str, Path]:
     """``result``: the suite's evaluation (curves, stock perplexity, seconds, seconds per step, shares, the
     swapped runs, chunks, the experiment config, whether the extrapolation was evaluated, threads)."""
@@ -67,27 +87,35 @@ def write_recovery_report(out: Path, result: dict, command: str | None) -> dict[
     lines = [f"# Recovery after swapping the encoding of `{model}`", ""]
     if command:
         lines += [f"Command: `{command}`.", ""]
+    seeds = result.get("seeds") or [0]
+    per_seed = result.get("curves_per_seed") or {}
+    seed_text = "one seed" if len(seeds) == 1 else (
+        f"{len(seeds)} seeds ({', '.join(map(str, seeds))}): each cell the mean over seeds, their range in brackets")
     lines += [f"LoRA r {cfg['model']['lora']['r']} on every projection, {cfg['train']['batch_size']} x "
               f"{cfg['data']['block_size']} tokens a step, lr {cfg['optimizer']['lr']} ({cfg['schedule']['name']}), "
               f"real_text validation files ({cfg['data']['eval_blocks']} blocks) scored every "
-              f"{cfg['train']['eval_every']} steps; one seed.", ""]
+              f"{cfg['train']['eval_every']} steps; {seed_text}.", ""]
+    data = result.get("data")
+    if data:
+        lines += [f"Training data (built from the experiment config every run shares; the seed changes the adapters' "
+                  f"initialisation and the order of the batches): {data['blocks']} blocks, {data['tokens']:,} tokens, "
+                  f"SHA-256 of the token ids `{data['sha256'][:16]}`.", ""]
     if stock is not None:
         lines += [f"Stock model (no swap, no training): perplexity **{stock:.2f}**.", ""]
     lines += ["| step | " + " | ".join(curves) + " |", "|---:|" + "---:|" * len(curves)]
     for s in steps:
-        row = [next((f"{p['perplexity']:.2f}" for p in c if p["step"] == s), "") for c in curves.values()]
+        row = [next((_cell(p) for p in c if p["step"] == s), "") for c in curves.values()]
         lines.append(f"| {s} | " + " | ".join(row) + " |")
     if stock is not None:
-        reach = {e: steps_to_stock(c, stock) for e, c in curves.items()}
         lines += ["", "Steps to the stock perplexity: " + "; ".join(
-            f"{e} {'step ' + str(r) if r is not None else 'not within ' + str(steps[-1])}" for e, r in reach.items())
-            + "."]
+            f"{e} {_reach(per_seed.get(e), c, stock, steps[-1])}" for e, c in curves.items()) + "."]
     steps_text = ", ".join(f"{e} {s:.1f}" for e, s in result["per_step"].items())
     wall_text = ", ".join(f"{e} {s:.0f}" for e, s in result["seconds"].items())
     lines += ["", f"Training seconds per step (median of the logged windows; {result['threads'] or 'all'} thread(s) "
               f"per run, {os.cpu_count()} CPU cores): {steps_text}. Wall time per run (s; loading, evaluations and "
-              f"saving included): {wall_text}.", ""]
-    lines += recovery_lines(result["shares"], result["runs"], result["chunks"], int(cfg["data"]["block_size"]))
+              f"saving included{'' if len(seeds) == 1 else '; the mean over seeds'}): {wall_text}.", ""]
+    lines += recovery_lines(result["shares"], result["runs"], result["chunks"], int(cfg["data"]["block_size"]),
+                            len(seeds))
     if result["evaluated"] or (out / "eval_real_text" / "report.md").is_file():
         lines += ["The final models against the stock model at 1x, 2x and 4x the training length: on the held-out "
                   "real_text files, [eval_real_text/report.md](eval_real_text/report.md); per content type, "
@@ -96,5 +124,7 @@ def write_recovery_report(out: Path, result: dict, command: str | None) -> dict[
     md, js = out / "recovery.md", out / "recovery.json"
     md.write_text("\n".join(lines))
     js.write_text(json.dumps({"curves": curves, "stock_perplexity": stock, "seconds": result["seconds"],
-                              "recovered": result["shares"], "config": cfg}, indent=2) + "\n")
+                              "recovered": result["shares"], "config": cfg, "seeds": seeds,
+                              **({"curves_per_seed": per_seed} if per_seed else {}),
+                              **({"training_data": data} if data else {})}, indent=2) + "\n")
     return {"study_md": md, "recovery_json": js}

@@ -14,6 +14,8 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
+
 from ...registry import register_suite
 from ...runs import SUMMARY, Run, run_folder
 from ...screen import first_screen
@@ -22,7 +24,7 @@ from ...train import EXPERIMENT
 from .config import RecoveryStudyConfig
 from .eval import extrapolation, recovery_shares, seconds_per_step
 from .report import write_recovery_report
-from .train import curve, train_recipe
+from .train import curve, mean_curve, train_recipe, training_data_fingerprint
 
 __all__ = ["RecoverySuite"]
 
@@ -66,10 +68,16 @@ class RecoverySuite(Suite):
             import torch
 
             torch.set_num_threads(cfg.threads)
-        by_name = {r.name: r for r in runs}
-        plan = cfg.runs()
-        curves = {r.name: curve(by_name[r.name].folder) for r in plan}
-        seconds = {r.name: json.loads((by_name[r.name].folder / SUMMARY).read_text())["train_seconds"] for r in plan}
+        by_run = {(r.name, r.seed): r for r in runs}
+        plan, seeds = cfg.runs(), list(cfg.seeds)
+
+        def folders(name: str) -> list[Path]:
+            return [by_run[name, s].folder for s in seeds]
+
+        per_seed = {r.name: {s: curve(by_run[r.name, s].folder) for s in seeds} for r in plan}
+        curves = {name: mean_curve(c) for name, c in per_seed.items()}
+        seconds = {r.name: float(np.mean([json.loads((f / SUMMARY).read_text())["train_seconds"]
+                                          for f in folders(r.name)])) for r in plan}
         tokens = exp["train"]["batch_size"] * exp["data"]["block_size"]
         native = cfg.native()
         first = curves.get(native, [{}])[0] if native else {}
@@ -77,19 +85,22 @@ class RecoverySuite(Suite):
         shares, evaluated = {}, False
         if cfg.eval.recovery:
             types = cfg.eval.types or ["real_text", *names()]
-            swapped = {r.name: (cfg.options(r), by_name[r.name].folder / "final") for r in plan
+            swapped = {r.name: (cfg.options(r), [f / "final" for f in folders(r.name)]) for r in plan
                        if r.encoding != native}
-            native_final = by_name[native].folder / "final" if native else None
-            shares = recovery_shares(exp, swapped, native_final, out, types, cfg.eval.chunks)
+            native_finals = [f / "final" for f in folders(native)] if native else None
+            shares = recovery_shares(exp, swapped, native_finals, out, types, cfg.eval.chunks, seeds)
             if cfg.eval.extrapolation:
-                finals = {r.name: by_name[r.name].folder / "final" for r in plan}
+                finals = {r.name if len(seeds) == 1 else f"{r.name}_s{s}": by_run[r.name, s].folder / "final"
+                          for r in plan for s in seeds}
                 extrapolation(exp, finals, out, ["real_text"], cfg.eval.real_sequences, "eval_real_text")
                 extrapolation(exp, finals, out, names(), cfg.eval.type_sequences, "eval_types")
                 evaluated = True
-        return {"curves": curves, "stock": stock, "seconds": seconds, "shares": shares, "evaluated": evaluated,
-                "per_step": {n: seconds_per_step(by_name[n].folder, tokens) for n in curves},
+        return {"curves": curves, "curves_per_seed": per_seed if len(seeds) > 1 else None, "seeds": seeds,
+                "stock": stock, "seconds": seconds, "shares": shares, "evaluated": evaluated,
+                "per_step": {n: float(np.median([seconds_per_step(f, tokens) for f in folders(n)])) for n in curves},
                 "runs": [r for r in plan if r.encoding != native], "chunks": cfg.eval.chunks, "experiment": exp,
-                "threads": cfg.threads, "folders": {r.name: by_name[r.name].folder for r in plan}}
+                "threads": cfg.threads, "folders": {r.name: by_run[r.name, seeds[0]].folder for r in plan},
+                "data": training_data_fingerprint(exp) if cfg.eval.recovery else None}
 
     def report(self, cfg: RecoveryStudyConfig, results: dict, summaries: list[dict], timing: dict, versions: dict,
                command: str | None) -> dict[str, Path]:

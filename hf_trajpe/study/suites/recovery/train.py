@@ -18,7 +18,7 @@ from ...config import patch_value
 from ...runs import SUMMARY, Run, check_run_folder
 from ...train import EXPERIMENT, publish
 
-__all__ = ["RunFailed", "curve", "recipe_env", "train_recipe"]
+__all__ = ["RunFailed", "curve", "mean_curve", "recipe_env", "train_recipe", "training_data_fingerprint"]
 
 
 class RunFailed(RuntimeError):
@@ -45,6 +45,38 @@ def curve(run_dir: Path) -> list[dict]:
     history = json.loads((Path(run_dir) / "eval.json").read_text())
     return [{"step": e["step"], "perplexity": e["real_text"]["perplexity"], "loss": e["real_text"]["loss"]}
             for e in sorted(history, key=lambda e: e["step"])]
+
+
+def mean_curve(per_seed: dict[int, list[dict]]) -> list[dict]:
+    """The seeds' curves as one (one seed: its curve): at each step every seed evaluated, the mean perplexity and
+    loss over seeds, each seed's perplexity in ``per_seed`` (in the order of ``per_seed``'s seeds)."""
+    curves = list(per_seed.values())
+    if len(curves) == 1:
+        return curves[0]
+    steps = sorted(set.intersection(*({p["step"] for p in c} for c in curves)))
+    out = []
+    for step in steps:
+        points = [next(p for p in c if p["step"] == step) for c in curves]
+        out.append({"step": step, "perplexity": sum(p["perplexity"] for p in points) / len(points),
+                    "loss": sum(p["loss"] for p in points) / len(points),
+                    "per_seed": [p["perplexity"] for p in points]})
+    return out
+
+
+def training_data_fingerprint(exp: dict) -> dict:
+    """What every run of the study trained on, built as the recipe builds it from the shared experiment config:
+    the number of training blocks and tokens and the SHA-256 of their token ids (the seed changes only the order
+    in which the recipe draws them)."""
+    import hashlib
+
+    from ....training.config import config_from_dict
+    from ....training.data import build_run_data
+    from ....training.model import load_run_tokenizer
+
+    cfg = config_from_dict(dict(exp))
+    blocks = build_run_data(cfg.data, load_run_tokenizer(cfg.model), cfg.model.task).train
+    return {"blocks": int(blocks.shape[0]), "tokens": int(blocks.numel()),
+            "sha256": hashlib.sha256(blocks.numpy().astype("<i8").tobytes()).hexdigest()}
 
 
 def train_recipe(run: Run, experiment: dict, rows_path: str | None, log_every: int, threads: int = 1) -> dict:
