@@ -109,7 +109,7 @@ def recovery_over_seeds(stock: tuple, swapped: tuple, tuned: list[tuple], refere
         iv = seed_interval(float(gaps.mean()), gaps, float(resampled.std(ddof=1)), level)
         out.update(ppl_reference=float(np.mean(ppl[2 + k:])), gap=float(np.expm1(gaps.mean())),
                    gap_ci=tuple(float(np.expm1(v)) for v in iv["ci"]), gap_p_value=iv["p_value"],
-                   gap_method=iv["method"])
+                   gap_method=iv["method"], gap_zero_spread=iv["zero_spread"])
     if out["status"] != "resolved":
         return out
     shares = np.array([(ppl[1] - ppl[2 + i]) / (ppl[1] - ppl[0]) for i in range(k)])

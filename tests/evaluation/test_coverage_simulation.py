@@ -2,8 +2,9 @@
 seeds mislead most: at the floor, at the ceiling, with no spread over seeds at all, and with seeds that either
 learn or do not (bimodal); plus a typical case. Each path runs as its report runs it: the task study
 (:func:`paired_difference` and :func:`judge_family`), the content study (:func:`delta_with_intervals` and
-:func:`judge_deltas`), its re-judging from a published JSON (:func:`rejudge_delta`), and the extension study
-(:func:`compare` and :func:`adjust`), each at the seed count of its published study (3, 3, 3 and 5).
+:func:`judge_deltas`), its re-judging from a published JSON (:func:`rejudge_delta`), the extension study
+(:func:`compare` and :func:`adjust`) and the recovery study's gap over seeds (:func:`recovery_over_seeds`), each at
+the seed count of its published study (3, 3, 3, 5 and 3).
 
 Equal models are called different at most 5% of the time, give or take two simulation standard errors; no
 interval has zero width and no p-value is 0; no comparison whose seeds all agree is called equivalent.
@@ -19,6 +20,7 @@ import pytest
 from hf_trajpe.evaluation.answers import paired_difference
 from hf_trajpe.evaluation.bootstrap import delta_with_intervals
 from hf_trajpe.evaluation.evaluate_models import judge_deltas
+from hf_trajpe.evaluation.recovery import recovery_over_seeds
 from hf_trajpe.evaluation.verdicts import NO_DIFFERENCE, judge_family
 from hf_trajpe.study.suites.content.rejudge import rejudge_delta
 from hf_trajpe.study.suites.extension.eval import adjust, compare
@@ -99,7 +101,23 @@ def _extension_path(scenario: str, rng: np.random.Generator, k: int) -> dict:
     return c
 
 
-PATHS = {"tasks": _task_path, "content": _content_path, "rejudge": _rejudge_path, "extension": _extension_path}
+def _recovery_path(scenario: str, rng: np.random.Generator, k: int) -> dict:
+    """The recovery study's gap over 3 seeds: a swapped model tuned per seed against the stock model tuned per seed
+    with the same seed, on 8 shared test chunks (the report gives the interval; a gap whose interval leaves 0
+    reads as a difference)."""
+    sequences = rng.normal(0.0, 0.3, 8)
+    count = np.full(8, 256.0)
+    tuned, reference = (_losses(scenario, 3, rng, sequences) * count for _ in range(2))
+    stock, swapped = (1.5 + sequences) * count, (2.0 + sequences) * count
+    r = recovery_over_seeds((stock, count), (swapped, count), [(t, count) for t in tuned],
+                            [(t, count) for t in reference], n_resamples=100, seed=k)
+    lo, hi = r["gap_ci"]
+    return {"ci": (lo, hi), "p_value": r["gap_p_value"], "significance": NO_DIFFERENCE if lo <= 0.0 <= hi else "gap",
+            "zero_spread": r["gap_zero_spread"], "equivalent": False}
+
+
+PATHS = {"tasks": _task_path, "content": _content_path, "rejudge": _rejudge_path, "extension": _extension_path,
+         "recovery": _recovery_path}
 
 
 def _simulate(path: str, scenario: str, runs: int, seed: int = 0) -> dict:
@@ -126,7 +144,7 @@ def _check(path: str, scenario: str, runs: int) -> None:
     assert got["equivalent_without_spread"] == 0, f"{path}, {scenario}: {got}"
 
 
-RUNS = {"tasks": 120, "content": 60, "rejudge": 60, "extension": 120}
+RUNS = {"tasks": 120, "content": 60, "rejudge": 60, "extension": 120, "recovery": 120}
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
