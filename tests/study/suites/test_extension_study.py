@@ -170,7 +170,8 @@ def test_an_option_chosen_on_validation_reads_the_test_split_with_the_best_value
                  "model.num_hidden_layers=1", "model.hidden_size=32", "model.intermediate_size=64",
                  "model.num_attention_heads=2", "model.num_key_value_heads=2", "model.max_position_embeddings=16",
                  "data.block_size=16", "data.train=10", "data.test=10", "data.validation=10", "train.steps=3",
-                 "train.warmup_steps=1", "train.log_every=1", "eval.factors=[2, 4]", "eval.max_sequences=2",
+                 "train.warmup_steps=1", "train.log_every=1", "eval.factors=[2, 4]", "eval.max_sequences=3",
+                 "eval.validation_sequences=2",
                  "finetune.methods=[chosen]", "finetune.steps=2", "finetune.warmup_steps=0",
                  "methods={stock: null, low: %s, high: %s, chosen: %s}" % (
                      content % "0.0", content % "1.0", content % "{choose: [0.0, 1.0]}"),
@@ -191,6 +192,7 @@ def test_an_option_chosen_on_validation_reads_the_test_split_with_the_best_value
     assert folders == ["chosen_0p0_s0", "chosen_0p0_s1", "chosen_1p0_s0", "chosen_1p0_s1"]
     md = paths["study_md"].read_text()
     assert "### Zero-shot: chosen chooses strength on validation" in md and "| 4x |" in md
+    assert "over 2 validation sequences per type (of 10 validation documents per type" in md
 
 
 def test_a_choice_needs_validation_data_and_one_option():

@@ -49,6 +49,7 @@ class ExtensionEval:
     factors: list[float] = field(default_factory=lambda: [2.0, 4.0, 8.0])  # read factor x T tokens
     methods: list[str] | None = None  # the methods read zero-shot; None: every method
     max_sequences: int = 16  # test sequences per content type at every length
+    validation_sequences: int | None = None  # validation sequences per type where a choice reads them (None: as test)
     batch_size: int = 8
     n_resamples: int = 2000
     level: float = 0.95
@@ -155,6 +156,9 @@ class ExtensionStudyConfig(TrainedStudyConfig):
             raise ConfigError(f"eval.factors: extension factors > 1, got {self.eval.factors}")
         if self.eval.max_sequences < 2 or self.eval.batch_size < 1 or self.eval.n_resamples < 1:
             raise ConfigError("eval: max_sequences >= 2, batch_size >= 1 and n_resamples >= 1 are needed")
+        if self.eval.validation_sequences is not None and self.eval.validation_sequences < 2:
+            raise ConfigError(f"eval.validation_sequences: >= 2 (or null: as many as max_sequences), got "
+                              f"{self.eval.validation_sequences}")
         if self.finetune is not None:
             ft = self.finetune
             unknown = [m for m in ft.methods if m not in self.methods]

@@ -110,8 +110,9 @@ def _chosen_lines(cfg, chosen: dict, title: str) -> list[str]:
         option, values = choice_of(cfg.methods[method])
         lines += [f"### {title}: {method} chooses {option} on validation\n",
                   f"From {', '.join(map(repr, values))}: per seed and factor, the value whose read has the lowest loss "
-                  f"over the validation sequences ({cfg.data.validation} documents per type, disjoint from the test "
-                  "documents); the test split is then read with it.\n",
+                  f"over {cfg.eval.validation_sequences or cfg.eval.max_sequences} validation sequences per type (of "
+                  f"{cfg.data.validation} validation documents per type, disjoint from the test documents); the test "
+                  "split is then read with it.\n",
                   "| factor | " + " | ".join(f"seed {c['seed']}" for c in next(iter(by_f.values()))) + " |",
                   "|---|" + "---:|" * len(next(iter(by_f.values())))]
         lines += [f"| {float(f):g}x | " + " | ".join(f"{c['value']!r}" for c in cells) + " |"
@@ -235,7 +236,7 @@ def write_extension_report(cfg, results: dict, summaries: list[dict], timing: di
             if run.get("part") == part and "learned_strength" in run:
                 learned.setdefault(run["name"], []).append(f"{run['learned_strength']:.3f} (seed {run['seed']})")
         if learned:
-            md += [f"Learned strength at the end of the fine-tune (it started at the method's strength): "
+            md += ["Learned strength at the end of the fine-tune (it started at the method's strength): "
                    + "; ".join(f"{name}: {', '.join(values)}" for name, values in learned.items()) + ".", ""]
     if cfg.comparisons:
         md += ["## Verdicts\n"]

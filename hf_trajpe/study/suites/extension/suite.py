@@ -66,16 +66,16 @@ def _pooled_loss(scores: dict) -> float:
 def read_all(models: dict[int, str | dict[str, str | list[str]]], methods: dict[str, dict | None],
              factors: list[float], streams: dict, trained: int, count: int, batch_size: int, progress: bool,
              label: str, patch_at_read: bool = True, cache: Path | None = None, validation: dict | None = None,
-             chosen: dict | None = None) -> dict:
+             chosen: dict | None = None, validation_count: int | None = None) -> dict:
     """``{method: {factor: {type: {"whole": [per seed [N]], "past": [...]}}}}``: every seed's model read at
     ``factor`` x ``trained`` tokens of each type's test stream. ``patch_at_read``: ``models`` are seed -> folder,
     and each method is patched onto the loaded model at the read's factor (zero-shot); otherwise ``models`` are
     seed -> {method: folder} of fine-tuned models, read as saved (a method that chooses an option: one folder per
     value, in the order of its values). ``validation``: each type's validation stream, on which a method that
     chooses an option (:func:`~.config.choice_of`) reads every value, per seed and factor, and keeps the one with
-    the lowest loss over every validation sequence; ``chosen`` is filled with ``{method: {factor: [per seed
-    {"seed", "value", "validation_loss": {value: loss}}]}}``. ``cache``: a file of finished reads, reused and
-    extended (a study run again re-reads nothing that has not changed)."""
+    the lowest loss over its first ``validation_count`` sequences per type (None: ``count``); ``chosen`` is filled
+    with ``{method: {factor: [per seed {"seed", "value", "validation_loss": {value: loss}}]}}``. ``cache``: a file
+    of finished reads, reused and extended (a study run again re-reads nothing that has not changed)."""
     from tqdm.auto import tqdm
 
     from ....evaluation import load_model
@@ -84,11 +84,16 @@ def read_all(models: dict[int, str | dict[str, str | list[str]]], methods: dict[
     done = _load_reads(cache)
     blocks = {"test": {f: test_blocks(streams, int(round(f * trained)), count) for f in factors}}
     if validation is not None:
-        blocks["validation"] = {f: test_blocks(validation, int(round(f * trained)), count) for f in factors}
+        blocks["validation"] = {f: test_blocks(validation, int(round(f * trained)), validation_count or count)
+                                for f in factors}
+        short = [f for f, b in blocks["validation"].items() if not b]
+        if short and any(choice_of(o) is not None for o in methods.values()):
+            raise ValueError(f"the validation split holds fewer than 2 sequences of {int(round(short[0] * trained))} "
+                             "tokens in every type, so no value can be chosen on it: raise data.validation")
     loaded: dict = {"folder": None, "model": None}
 
     def read(folder: str, options: dict | None, f: float, split: str) -> dict:
-        key = _read_key(folder, options, f, count, split)
+        key = _read_key(folder, options, f, count if split == "test" else validation_count or count, split)
         if key not in done:
             if loaded["folder"] != folder:
                 loaded["model"] = None
@@ -238,7 +243,7 @@ class ExtensionSuite(Suite):
                 log(f"reading with {len(methods)} methods at {', '.join(f'{f:g}x' for f in ev.factors)} {T} tokens")
                 scores = read_all(models, methods, ev.factors, streams, T, ev.max_sequences, ev.batch_size,
                                   progress, part.name, cache=Path(cfg.output_dir) / "reads_pretrain.pt",
-                                  validation=validation, chosen=chosen)
+                                  validation=validation, chosen=chosen, validation_count=ev.validation_sequences)
             else:
                 folders: dict[int, dict] = {}
                 for m in cfg.finetune.methods:
@@ -252,7 +257,7 @@ class ExtensionSuite(Suite):
                 scores = read_all(folders, methods, ev.factors, streams, T, ev.max_sequences, ev.batch_size,
                                   progress, part.name, patch_at_read=False,
                                   cache=Path(cfg.output_dir) / "reads_finetune.pt", validation=validation,
-                                  chosen=chosen)
+                                  chosen=chosen, validation_count=ev.validation_sequences)
             result = {"scores": scores, **({"chosen": chosen} if chosen else {})}
         result["eval_cpu_seconds"] = time.process_time() - started
         return result
