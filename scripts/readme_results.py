@@ -473,7 +473,10 @@ def tasks_trajectory() -> str:
 
 METHOD_LABEL = {"stock": "stock (extrapolation)", "pi": "PI (`linear`)", "ntk": "static NTK (`ntk`)",
                 "dynamic": "dynamic NTK", "yarn": "YaRN", "content": "content-aware (`extend`)",
-                "content_yarn": "content-aware steps over YaRN"}
+                "content_yarn": "content-aware steps over YaRN", "content_tuned": "content-aware, strength chosen",
+                "content_learned": "content-aware, strength learned",
+                "content_yarn_tuned": "content-aware steps over YaRN, strength chosen",
+                "content_yarn_learned": "content-aware steps over YaRN, strength learned"}
 
 
 def _mark_ext(c: dict | None) -> str:
@@ -513,10 +516,13 @@ def extension_finetuned() -> str:
     return _ext_ppl("finetune")
 
 
-def extension_content() -> str:
-    """The content-aware extension against PI and YaRN, zero-shot and fine-tuned, under both corrections."""
-    data = _load("extension/study/study.json")
+def extension_content(study: str = "extension/study/study.json") -> str:
+    """The content-aware extension against PI and YaRN, zero-shot and fine-tuned, under both corrections (the
+    declared one first, the other in parentheses where it differs)."""
+    data = _load(study)
     comps = data["comparisons"]
+    other = "holm" if data["config"].get("correction", "bh") == "bh" else "bh"
+    other_name = {"holm": "Holm", "bh": "BH"}[other]
     pairs = [tuple(p) for p in data["config"]["comparisons"]]
     factors = sorted({c["factor"] for c in comps["pretrain"]}, key=float)
     head = ("| comparison | " + " | ".join(f"zero-shot {f}x" for f in factors) + " | "
@@ -531,11 +537,37 @@ def extension_content() -> str:
                 if c is None:
                     cells.append("-")
                     continue
-                holm = ("" if c["verdict_holm"] == c["verdict"]
-                        else f" (Holm {_mark_ext({'verdict': c['verdict_holm']})})")
-                cells.append(f"{c['value']:+.1f} [{c['ci'][0]:+.1f}, {c['ci'][1]:+.1f}] {_mark_ext(c)}{holm}")
+                beside = ("" if c[f"verdict_{other}"] == c["verdict"]
+                          else f" ({other_name} {_mark_ext({'verdict': c[f'verdict_{other}']})})")
+                cells.append(f"{c['value']:+.1f} [{c['ci'][0]:+.1f}, {c['ci'][1]:+.1f}] {_mark_ext(c)}{beside}")
         rows.append(f"| {METHOD_LABEL.get(m, m)} vs {METHOD_LABEL.get(r, r)} | " + " | ".join(cells) + " |")
     return "\n".join(rows) + "\n"
+
+
+def extension_content_tuned() -> str:
+    """The content-aware extension with its strength chosen on validation and learned, against PI, YaRN and the
+    untuned strength (configs/study/extension_content.yaml, Holm declared)."""
+    return extension_content("extension/study_content/study.json")
+
+
+def extension_content_chosen() -> str:
+    """What the validation chose, per factor (how many seeds chose each strength), and the learned strengths."""
+    data = _load("extension/study_content/study.json")
+    rows = ["| method | part | " + " | ".join(f"{f}x" for f in ("2", "4", "8")) + " |", "|---|---|---:|---:|---:|"]
+    for part, label in (("pretrain", "zero-shot"), ("finetune", "fine-tuned")):
+        for method, by_f in data.get("chosen", {}).get(part, {}).items():
+            cells = []
+            for f in ("2", "4", "8"):
+                values = [c["value"] for c in by_f.get(f, [])]
+                cells.append(", ".join(f"{v:g} x{values.count(v)}" for v in sorted(set(values))) or "-")
+            rows.append(f"| {METHOD_LABEL.get(method, method)} | {label} | " + " | ".join(cells) + " |")
+    learned: dict[str, list[float]] = {}
+    for run in data["summaries"]:
+        if run.get("part") == "finetune" and "learned_strength" in run:
+            learned.setdefault(run["name"], []).append(run["learned_strength"])
+    words = "; ".join(f"{METHOD_LABEL.get(n, n)} {min(v):.3f}-{max(v):.3f}" for n, v in learned.items())
+    seeds = len(data["config"]["seeds"])
+    return "\n".join(rows) + f"\n\nLearned strength after the fine-tune (from 0.5, {seeds} seeds): {words}.\n"
 
 
 def extension_published() -> str:
@@ -639,6 +671,8 @@ FILES: dict[str, dict[str, Callable[[], str]]] = {
     "docs/results/extension/README.md": {"extension_zero_shot": extension_zero_shot,
                                          "extension_finetuned": extension_finetuned,
                                          "extension_content": extension_content,
+                                         "extension_content_tuned": extension_content_tuned,
+                                         "extension_content_chosen": extension_content_chosen,
                                          "extension_published": extension_published,
                                          "extension_real_16k": extension_real_16k,
                                          "extension_real_12k": extension_real_12k},
