@@ -251,10 +251,22 @@ def extension_study() -> str:
     seeds = len(data["config"]["seeds"])
     strengths = sorted({str(m.get("strength")) for m in data["config"]["methods"].values()
                         if isinstance(m, dict) and m.get("encoding") == "trajectory"})
+    tuned = _load("extension/study_content/study.json")
+    by = {(c["model"], c["reference"], c["factor"]): c["value"] for c in tuned["comparisons"]["pretrain"]}
+
+    def against(model: str, ref: str) -> str:
+        return "/".join(f"{by[model, ref, f]:+.1f}%" for f in factors)
+
+    grid = tuned["config"]["methods"]["content_tuned"]["strength"]["choose"]
+    learned = [r["learned_strength"] for r in tuned["summaries"] if "learned_strength" in r]
     return "\n".join(rows) + "\n\n" + _source(
         "extension/study/study.md", f"; small RoPE models trained at {data['config']['data']['block_size']} tokens, "
         f"{seeds} seeds, mean perplexity (intervals and verdicts in the file); the content rows at strength "
-        f"{', '.join(strengths)}, the only one tried (not tuned)")
+        f"{', '.join(strengths)}. With the strength chosen on validation from {', '.join(f'{v:g}' for v in grid)} "
+        "([docs/results/extension/study_content](docs/results/extension/study_content/study.md)), zero-shot at "
+        f"{'/'.join(factors)}x: content-aware against PI {against('content_tuned', 'pi')}, over YaRN against YaRN "
+        f"{against('content_yarn_tuned', 'yarn')}; the learned strength ends at {min(learned):.3f}-{max(learned):.3f} "
+        "(from 0.5)")
 
 
 #: the layer selections of the recovery table left to its file (the README keeps k = 2, 4 and all layers)

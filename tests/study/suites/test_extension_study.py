@@ -165,7 +165,9 @@ def test_tiny_extension_study_end_to_end_and_resume(tmp_path, capsys):
 def test_an_option_chosen_on_validation_reads_the_test_split_with_the_best_value(tmp_path):
     """Zero-shot and fine-tuned, per seed and factor: the value with the lowest validation loss is kept, and the
     test read is the read of that value as a fixed method (the same model, the same sequences)."""
-    content = "{encoding: trajectory, base: rope, extend: factor, strength: %s}"
+    def content(strength: str) -> str:
+        return f"{{encoding: trajectory, base: rope, extend: factor, strength: {strength}}}"
+
     overrides = [f"output_dir={tmp_path / 'runs'}", f"report_dir={tmp_path / 'report'}", "workers=1", "seeds=[0, 1]",
                  "model.num_hidden_layers=1", "model.hidden_size=32", "model.intermediate_size=64",
                  "model.num_attention_heads=2", "model.num_key_value_heads=2", "model.max_position_embeddings=16",
@@ -173,8 +175,8 @@ def test_an_option_chosen_on_validation_reads_the_test_split_with_the_best_value
                  "train.warmup_steps=1", "train.log_every=1", "eval.factors=[2, 4]", "eval.max_sequences=3",
                  "eval.validation_sequences=2",
                  "finetune.methods=[chosen]", "finetune.steps=2", "finetune.warmup_steps=0",
-                 "methods={stock: null, low: %s, high: %s, chosen: %s}" % (
-                     content % "0.0", content % "1.0", content % "{choose: [0.0, 1.0]}"),
+                 f"methods={{stock: null, low: {content('0.0')}, high: {content('1.0')}, "
+                 f"chosen: {content('{choose: [0.0, 1.0]}')}}}",
                  "comparisons=[[chosen, stock]]", "published=[]", "real=null"]
     cfg = load_study_config(EXTENSION, overrides=overrides)
     paths = run_study(cfg, progress=False, log=lambda m: None, summary=False)
@@ -219,8 +221,8 @@ def test_the_content_config_chooses_the_strength_on_the_extension_studys_models(
     assert content.model == base.model and content.train == base.train and content.seeds == base.seeds
     assert content.data.validation > 0 and content.correction == "holm" and content.real is None
     assert "content_learned" not in content.zero_shot_methods() and "content_tuned" in content.zero_shot_methods()
-    from hf_trajpe.study.suites.extension.suite import ExtensionSuite
     from hf_trajpe.study.suite import Part
+    from hf_trajpe.study.suites.extension.suite import ExtensionSuite
 
     runs = ExtensionSuite().plan(content, Part("finetune", {"part": "finetune"}, ""), Path("/tmp/unused"))
     tuned = sorted({r.name for r in runs if r.name.startswith("content_tuned_")})
