@@ -220,6 +220,8 @@ def test_the_content_config_chooses_the_strength_on_the_extension_studys_models(
     base = load_study_config(EXTENSION)
     assert content.model == base.model and content.train == base.train and content.seeds == base.seeds
     assert content.data.validation > 0 and content.correction == "holm" and content.real is None
+    # a study without a validation split keeps the fingerprint it had before the field existed (its models reused)
+    assert "validation" not in base.fingerprint_dict()["data"] and "validation" in content.fingerprint_dict()["data"]
     assert "content_learned" not in content.zero_shot_methods() and "content_tuned" in content.zero_shot_methods()
     from hf_trajpe.study.suite import Part
     from hf_trajpe.study.suites.extension.suite import ExtensionSuite

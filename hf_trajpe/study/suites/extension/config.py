@@ -204,6 +204,8 @@ class ExtensionStudyConfig(TrainedStudyConfig):
         """The model, data and training sections, and the fine-tune's but its methods (a changed method retrains
         its own runs only: their saved patch no longer matches)."""
         keep = super().fingerprint_dict()
+        if not self.data.validation and isinstance(keep.get("data"), dict):  # as before validation splits existed
+            keep["data"] = {k: v for k, v in keep["data"].items() if k != "validation"}
         if self.finetune is not None:
             keep["finetune"] = {k: v for k, v in self.to_dict()["finetune"].items() if k != "methods"}
         return keep
