@@ -29,7 +29,8 @@ def test_rows_are_matched_by_target_and_a_row_of_one_run_only_is_marked(tmp_path
                                                             _row("self_extend", 1.5, "missed")]}))
     assert bench_compare.main([str(before), str(after), "--out", str(tmp_path / "c.md")]) == 0
     text = capsys.readouterr().out
-    assert "| decode | llama | trajectory/rope | 1.03 | 1.080 [0.900, 1.100] missed | 1.010 [1.000, 1.020] met |" in text
+    assert ("| decode | llama | trajectory/rope | 1.03 | 1.080 [0.900, 1.100] missed | 1.010 [1.000, 1.020] met |"
+            in text)
     assert "| trajectory/alibi | 1.03 | 1.000 met | not measured |" in text
     assert "| self_extend | 1.03 | not measured | 1.500 [0.900, 1.100] missed |" in text
     assert (tmp_path / "c.md").read_text() == text
