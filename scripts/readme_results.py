@@ -565,11 +565,12 @@ def extension_content_tuned() -> str:
 def extension_content_chosen() -> str:
     """What the validation chose, per factor (how many seeds chose each strength), and the learned strengths."""
     data = _load("extension/study_content/study.json")
-    rows = ["| method | part | " + " | ".join(f"{f}x" for f in ("2", "4", "8")) + " |", "|---|---|---:|---:|---:|"]
+    factors = sorted(next(iter(data["perplexity"]["pretrain"].values())), key=float)
+    rows = ["| method | part | " + " | ".join(f"{f}x" for f in factors) + " |", "|---|---|" + "---:|" * len(factors)]
     for part, label in (("pretrain", "zero-shot"), ("finetune", "fine-tuned")):
         for method, by_f in data.get("chosen", {}).get(part, {}).items():
             cells = []
-            for f in ("2", "4", "8"):
+            for f in factors:
                 values = [c["value"] for c in by_f.get(f, [])]
                 cells.append(", ".join(f"{v:g} x{values.count(v)}" for v in sorted(set(values))) or "-")
             rows.append(f"| {METHOD_LABEL.get(method, method)} | {label} | " + " | ".join(cells) + " |")

@@ -29,6 +29,17 @@ from .metrics import get_metric
 __all__ = ["recovery_fraction", "recovery_over_seeds"]
 
 
+def _resampled(models: list[tuple], n_resamples: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The models' chunk nll and token counts ``[M, N]`` and the resampling weights ``[R, N]`` of the chunks (each
+    resample draws ``N`` chunks with replacement, the same for every model: paired)."""
+    nll = np.stack([np.asarray(m[0], np.float64) for m in models])
+    count = np.stack([np.broadcast_to(np.asarray(m[1], np.float64), nll.shape[1:]) for m in models])
+    n = nll.shape[1]
+    rng = np.random.default_rng(seed)
+    weights = np.stack([np.bincount(rng.integers(0, n, n), minlength=n) for _ in range(n_resamples)])
+    return nll, count, weights
+
+
 def recovery_fraction(stock: tuple, swapped: tuple, tuned: tuple, reference: tuple | None = None,
                       n_resamples: int = 2000, level: float = 0.95, seed: int = 0) -> dict:
     """``stock``, ``swapped``, ``tuned`` and optionally ``reference``: ``(nll, count)`` per chunk (``[N]`` summed
@@ -40,15 +51,12 @@ def recovery_fraction(stock: tuple, swapped: tuple, tuned: tuple, reference: tup
     sizes = {np.asarray(m[0]).shape for m in models}
     if len(sizes) != 1 or len(next(iter(sizes))) != 1 or not next(iter(sizes))[0]:
         raise ValueError(f"the models must be scored on the same, non-empty chunks; got shapes {sorted(sizes)}")
-    nll = np.stack([np.asarray(m[0], np.float64) for m in models])  # [M, N]
-    count = np.stack([np.broadcast_to(np.asarray(m[1], np.float64), nll.shape[1:]) for m in models])
-    n = nll.shape[1]
+    nll, count, weights = _resampled(models, n_resamples, seed)
     perplexity = get_metric("perplexity")
     ppl = perplexity(nll.sum(1), count.sum(1))
-    rng = np.random.default_rng(seed)
-    weights = np.stack([np.bincount(rng.integers(0, n, n), minlength=n) for _ in range(n_resamples)])  # [R, N]
     resampled = perplexity(weights @ nll.T, weights @ count.T)  # [R, M]
-    out = {"ppl_stock": float(ppl[0]), "ppl_swapped": float(ppl[1]), "ppl_tuned": float(ppl[2]), "n_chunks": n,
+    out = {"ppl_stock": float(ppl[0]), "ppl_swapped": float(ppl[1]), "ppl_tuned": float(ppl[2]),
+           "n_chunks": nll.shape[1],
            "damage": float(ppl[1] / ppl[0] - 1), "damage_ci": percentile_interval(resampled[:, 1] / resampled[:, 0] - 1,
                                                                                  level),
            "recovered": None, "ci": None, "status": "resolved", "level": level, "n_resamples": n_resamples}
@@ -91,11 +99,8 @@ def recovery_over_seeds(stock: tuple, swapped: tuple, tuned: list[tuple], refere
     if len(tuned) == 1:
         return {**per_seed[0], "per_seed": per_seed, "seeds": 1, "method": "one seed: interval over chunks"}
     models = [stock, swapped, *tuned, *(reference or [])]
-    nll = np.stack([np.asarray(m[0], np.float64) for m in models])  # [M, N]
-    count = np.stack([np.broadcast_to(np.asarray(m[1], np.float64), nll.shape[1:]) for m in models])
-    n, k = nll.shape[1], len(tuned)
-    rng = np.random.default_rng(seed)
-    weights = np.stack([np.bincount(rng.integers(0, n, n), minlength=n) for _ in range(n_resamples)])  # [R, N]
+    nll, count, weights = _resampled(models, n_resamples, seed)
+    k = len(tuned)
     log_ppl = (weights @ nll.T) / (weights @ count.T)  # [R, M]
     log_full = nll.sum(1) / count.sum(1)  # [M]
     ppl = np.exp(log_full)

@@ -245,13 +245,13 @@ class ExtensionSuite(Suite):
                                   progress, part.name, cache=Path(cfg.output_dir) / "reads_pretrain.pt",
                                   validation=validation, chosen=chosen, validation_count=ev.validation_sequences)
             else:
+                folder = {(r.name, r.seed): str(r.folder) for r in runs}
                 folders: dict[int, dict] = {}
                 for m in cfg.finetune.methods:
                     choice = choice_of(cfg.methods[m])
                     for s in cfg.seeds:
-                        folders.setdefault(s, {})[m] = (
-                            str(self._folder(runs, m, s)) if choice is None else
-                            [str(self._folder(runs, f"{m}_{value_name(v)}", s)) for v in choice[1]])
+                        folders.setdefault(s, {})[m] = (folder[m, s] if choice is None else
+                                                        [folder[f"{m}_{value_name(v)}", s] for v in choice[1]])
                 methods = {m: cfg.methods[m] for m in cfg.finetune.methods}
                 log(f"reading the fine-tuned models at {', '.join(f'{f:g}x' for f in ev.factors)} {T} tokens")
                 scores = read_all(folders, methods, ev.factors, streams, T, ev.max_sequences, ev.batch_size,
@@ -261,10 +261,6 @@ class ExtensionSuite(Suite):
             result = {"scores": scores, **({"chosen": chosen} if chosen else {})}
         result["eval_cpu_seconds"] = time.process_time() - started
         return result
-
-    @staticmethod
-    def _folder(runs: list[Run], name: str, seed: int) -> Path:
-        return next(r.folder for r in runs if r.name == name and r.seed == seed)
 
     def _real(self, cfg: ExtensionStudyConfig, progress: bool, log) -> dict:
         """The real model read with each method in turn; each method's result is kept in ``output_dir/real.json``
