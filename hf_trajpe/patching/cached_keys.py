@@ -32,6 +32,7 @@ import weakref
 
 import torch
 
+from .cache_room import append_in_place
 from .remap_keys import rotate_new_keys as rotate_new_remap_keys
 from .rotary_tables import rotate_new_keys
 
@@ -55,7 +56,8 @@ def _prepared_update(cache, key_states: torch.Tensor, value_states: torch.Tensor
     if step is None or step.cache is not cache:
         return stock(cache, key_states, value_states, layer_idx, *args, **kwargs)
     stored = KEY_ROTATIONS[state.scheme.contributes](state, key_states, layer_idx)
-    keys, values = stock(cache, stored, value_states, layer_idx, *args, **kwargs)
+    grown = append_in_place(cache, layer_idx, stored, value_states)  # (cache_room.py: no copy of the whole cache)
+    keys, values = grown if grown is not None else stock(cache, stored, value_states, layer_idx, *args, **kwargs)
     step.prepared_keys[id(keys)] = keys
     return keys, values
 

@@ -1,0 +1,83 @@
+"""Room to grow in a dynamic KV cache layer: a decoding step writes its keys and values in place.
+
+transformers' ``DynamicLayer.update`` concatenates: every decoding step copies the whole cache of every layer
+(``torch.cat``), work that grows with the sequence. For a remap whose cache holds each key twice (Self-Extend,
+ReRoPE: remap_keys.py) that copy is three times the stock model's keys and values, and at 16k tokens it was most of
+the extra decoding time of those two remaps (docs/benchmarks.md). Here a layer gets a buffer with room after its
+last key (an eighth of its length, at least :data:`MIN_ROOM` tokens); the layer's ``keys`` and ``values`` are
+views of the buffer's first ``t`` rows, so everything that reads the layer (its length, masks, cropping, beam
+search) sees exactly what ``torch.cat`` would have given, and a step writes only its new rows. When the room is
+used up, or the layer's tensors are no longer the buffer's (cropped, reordered, repeated, moved), the next update
+copies them into a new buffer, which the following steps fill.
+
+Only for a plain ``DynamicLayer`` of a cache that does not offload (sliding, quantized and static layers keep their
+own update), past
+:data:`GROW_FROM` cached tokens (below it the copy is cheap and the bookkeeping is not), without autograd (a write
+in place would change a tensor a backward saved). The values are the same floats: rows are copied, never computed.
+
+Shape legend: ``b`` batch, ``g`` key/value heads, ``t`` cached tokens, ``n`` new tokens, ``d`` head width.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["GROW_FROM", "MIN_ROOM", "ROOM_ATTR", "append_in_place"]
+
+#: attribute of a cache layer holding ``(keys buffer, values buffer, rows in use)``
+ROOM_ATTR = "_hf_trajpe_room"
+#: the fewest cached tokens from which a layer gets room to grow (below, ``torch.cat`` copies little)
+GROW_FROM = 1024
+#: the least room a new buffer leaves after its last token
+MIN_ROOM = 256
+
+
+def _dynamic_layer_type() -> type | None:
+    from transformers import cache_utils
+
+    return getattr(cache_utils, "DynamicLayer", None)
+
+
+def _holds(buffer: torch.Tensor, x: torch.Tensor, rows: int) -> bool:
+    """Whether ``x`` is the buffer's first ``rows`` rows (a view the layer got from us and still has)."""
+    return (x.data_ptr() == buffer.data_ptr() and x.shape[-2] == rows and x.shape[:-2] == buffer.shape[:-2]
+            and x.shape[-1] == buffer.shape[-1] and x.stride() == buffer.stride() and x.dtype == buffer.dtype
+            and x.device == buffer.device)
+
+
+def append_in_place(cache, layer_idx: int, keys: torch.Tensor,
+                    values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``cache``'s layer ``layer_idx`` with ``keys`` ``[b, g, n, dk]`` and ``values`` ``[b, g, n, dv]`` appended,
+    written into the room of its buffer: what ``DynamicLayer.update`` returns, ``(keys, values)`` ``[b, g, t + n,
+    .]``. ``None`` where this does not apply (module docstring): the caller runs the stock update."""
+    layers = getattr(cache, "layers", None)
+    dynamic = _dynamic_layer_type()
+    if (dynamic is None or not isinstance(layers, list) or not 0 <= layer_idx < len(layers)
+            or type(layers[layer_idx]) is not dynamic or torch.is_grad_enabled()
+            or getattr(cache, "offloading", False)):
+        return None
+    layer = layers[layer_idx]
+    old_k, old_v = getattr(layer, "keys", None), getattr(layer, "values", None)
+    if (not getattr(layer, "is_initialized", False) or not torch.is_tensor(old_k) or not torch.is_tensor(old_v)
+            or old_k.dim() != 4 or old_v.dim() != 4 or keys.dim() != 4 or values.dim() != 4):
+        return None
+    t, n = old_k.shape[-2], keys.shape[-2]
+    if (t + n < GROW_FROM or old_k.shape[:2] != keys.shape[:2] or old_k.shape[-1] != keys.shape[-1]
+            or old_v.shape[:2] != values.shape[:2] or old_v.shape[-1] != values.shape[-1]
+            or (keys.dtype, values.dtype) != (old_k.dtype, old_v.dtype) or keys.device != old_k.device):
+        return None
+    room = layer.__dict__.get(ROOM_ATTR)
+    if (room is not None and t + n <= room[0].shape[-2] and _holds(room[0], old_k, room[2])
+            and _holds(room[1], old_v, room[2])):
+        k_buf, v_buf = room[0], room[1]
+    else:  # a new buffer: the layer's rows copied once, room after them
+        rows = t + n + max(MIN_ROOM, (t + n) // 8)
+        k_buf = old_k.new_empty(*old_k.shape[:2], rows, old_k.shape[-1])
+        v_buf = old_v.new_empty(*old_v.shape[:2], rows, old_v.shape[-1])
+        k_buf[..., :t, :].copy_(old_k)
+        v_buf[..., :t, :].copy_(old_v)
+    k_buf[..., t:t + n, :].copy_(keys)
+    v_buf[..., t:t + n, :].copy_(values)
+    layer.keys, layer.values = k_buf[..., :t + n, :], v_buf[..., :t + n, :]
+    layer.__dict__[ROOM_ATTR] = (k_buf, v_buf, t + n)
+    return layer.keys, layer.values
