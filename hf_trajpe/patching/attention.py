@@ -12,6 +12,7 @@ Shape legend: ``b`` batch, ``h`` heads, ``n`` new tokens (queries), ``t`` keys, 
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable
 
@@ -90,13 +91,13 @@ def _one_query_bias(st: PatchState, stock: Callable, module, query: torch.Tensor
 def _remaps(st: PatchState, module) -> bool:
     """Whether ``module``'s attention runs at remapped positions: a remap scheme, on a layer that rotates (SmolLM3's
     NoPE layers, ``use_rope`` false, stay without positions)."""
-    return st.scheme.contributes == "remap" and bool(getattr(module, "use_rope", True))
+    return st.contributes == "remap" and bool(getattr(module, "use_rope", True))
 
 
 def _eager_with_state(st: PatchState, module, query, key, value, attention_mask, **kwargs):
     if _remaps(st, module):
         return remap_attention(st, module, query, key, value, attention_mask, **kwargs)
-    if st.scheme.contributes == "score":
+    if st.contributes == "score":
         is_causal = kwargs.get("is_causal")
         is_causal = getattr(module, "is_causal", False) if is_causal is None else is_causal
         is_causal = bool(is_causal) and query.shape[2] > 1
@@ -134,12 +135,17 @@ def _with_position_bias(load_stock: Callable[[], Callable], merge_mask: bool = F
         st: PatchState | None = module.__dict__.get(STATE_ATTR)
         if st is None:
             return stock(module, query, key, value, attention_mask, **kwargs)
+        contributes = st.contributes
+        if merge_mask and contributes == "bias" and query.shape[2] == 1:
+            # a bias scheme's decoding step (a bias scheme never rotates q/k), once per layer and generated token:
+            # what the lines below do for one query, in fewer calls
+            return _one_query_bias(st, stock, module, query, key, value, attention_mask, kwargs)
         if _remaps(st, module):
             if not merge_mask:
                 raise NotImplementedError(f"{st.plan.scheme} runs with attention implementations eager and sdpa "
                                           "only, not flex_attention")
             return remap_attention(st, module, query, key, value, attention_mask, **kwargs)
-        if st.scheme.contributes == "score":
+        if contributes == "score":
             if not merge_mask:
                 raise NotImplementedError(f"{st.plan.scheme} runs with attention implementations eager and sdpa "
                                           "only, not flex_attention")
@@ -148,9 +154,7 @@ def _with_position_bias(load_stock: Callable[[], Callable], merge_mask: bool = F
             is_causal = bool(is_causal) and query.shape[2] > 1 and attention_mask is None
             mask = score_mask(st, module, query, key, attention_mask, is_causal, kwargs.get("scaling"))
             return stock(module, query, key, value, mask, **dict(kwargs, is_causal=False))
-        if merge_mask and st.scheme.contributes == "bias":  # (a bias scheme never rotates q/k)
-            if query.shape[2] == 1:  # a decoding step: what the lines below do for one query, in fewer calls
-                return _one_query_bias(st, stock, module, query, key, value, attention_mask, kwargs)
+        if merge_mask and contributes == "bias":
             out = key_bias_attention(st, stock, module, query, key, value, attention_mask, kwargs)
             if out is not None:
                 return out
@@ -168,10 +172,15 @@ def _with_position_bias(load_stock: Callable[[], Callable], merge_mask: bool = F
     return attention
 
 
-def _load_sdpa() -> Callable:
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+@functools.cache
+def _sdpa_module():
+    return importlib.import_module("transformers.integrations.sdpa_attention")
 
-    return sdpa_attention_forward
+
+def _load_sdpa() -> Callable:
+    """transformers' sdpa function, read from its module at each call (one attribute, not an import statement: it
+    runs once per layer and generated token)."""
+    return _sdpa_module().sdpa_attention_forward
 
 
 def _load_flex() -> Callable:

@@ -29,14 +29,14 @@ def attention_inputs(st: PatchState, query: torch.Tensor, key: torch.Tensor):
     step = st.step
     kv = key.shape[2]
     scheme = st.scheme
-    if scheme.contributes == "rotary":
+    if st.contributes == "rotary":
         # rotation.py: same values as apply_rotary; the backward keeps no unrotated copy of q/k
         width = st.plan.rotary_width or query.shape[-1]  # rotary_fraction: the first ``width`` dimensions
         query = rotate_part(query, *query_tables(st, width, query.dtype, query.device))
         if not is_prepared(step, key):
             key = rotate_part(key, *key_tables(st, kv, width, query.dtype, query.device))
     bias = None
-    if scheme.contributes == "bias":
+    if st.contributes == "bias":
         memo_key = ("bias", query.shape[1], query.dtype, kv)
         if memo_key not in step.memo:
             with step.sharing():
@@ -72,7 +72,7 @@ def own_value(st: PatchState, value: torch.Tensor) -> torch.Tensor:
     and v are views of one projection output: attention keeps v for the backward, and a view keeps the
     whole output alive, so the unrotated q/k stayed in memory beside their rotated copies (+3% of a
     training step's peak); a copy of v (a third of that output) frees them."""
-    if st.scheme.contributes != "rotary" or not (torch.is_grad_enabled() and value.requires_grad):
+    if st.contributes != "rotary" or not (torch.is_grad_enabled() and value.requires_grad):
         return value
     return value.contiguous()
 

@@ -55,7 +55,7 @@ def _prepared_update(cache, key_states: torch.Tensor, value_states: torch.Tensor
     step = state.step if state is not None else None
     if step is None or step.cache is not cache:
         return stock(cache, key_states, value_states, layer_idx, *args, **kwargs)
-    stored = KEY_ROTATIONS[state.scheme.contributes](state, key_states, layer_idx)
+    stored = KEY_ROTATIONS[state.contributes](state, key_states, layer_idx)
     grown = append_in_place(cache, layer_idx, stored, value_states)  # (cache_room.py: no copy of the whole cache)
     keys, values = grown if grown is not None else stock(cache, stored, value_states, layer_idx, *args, **kwargs)
     step.prepared_keys[id(keys)] = keys

@@ -36,6 +36,8 @@ __all__ = ["DecodingMemory", "PatchState", "PatchStates", "Step", "MEMORY_ATTR",
 MEMORY_ATTR = "_hf_trajpe_memory"
 #: attribute (in ``__dict__``, not a submodule) by which patched modules find the state
 STATE_ATTR = "_hf_trajpe_state"
+#: the plain fields of a ``PatchState`` that each forward sets (``PatchState.__setattr__``)
+_PER_FORWARD = frozenset({"step", "pending", "next_texts", "call_texts"})
 
 
 def bind_state(module: nn.Module, state: PatchState | None) -> None:
@@ -104,7 +106,11 @@ class Step:
         """What the state keeps of this step once the forward is over: its positions without their autograd
         graph and none of its shared tensors. A graph kept on the model between forwards would keep its memory
         alive until the next forward and make ``copy.deepcopy(model)`` fail (only leaf tensors copy); the
-        backward of this forward does not need the state for it (checkpointed layers hold their step)."""
+        backward of this forward does not need the state for it (checkpointed layers hold their step). Without
+        autograd (each ``generate()`` step) nothing has a graph: this step is kept, its shared tensors dropped."""
+        if not self.checkpointed and not torch.is_grad_enabled():
+            self.memo = {}
+            return self
         return Step(_detached(self.positions), _detached(self.key_positions), _detached(self.past_real))
 
 
@@ -203,6 +209,20 @@ class PatchState(nn.Module):
         #: the declared options of every scheme, which every forward (each generated token) would repeat
         cfg = plan.config
         self._trajectory_config = (cfg.beta, cfg.detach, cfg.extend)
+        #: what the scheme contributes (``Scheme.contributes``) and whether the forward keeps key positions and
+        #: reads token ids, read once: a submodule's attribute goes through ``nn.Module.__getattr__``, and the
+        #: attention functions of every layer ask at every generated token
+        self.contributes: str = self.scheme.contributes
+        self.keeps_key_positions: bool = plan.key_positions
+        self.reads_token_ids: bool = self.scheme.reads_token_ids
+
+    def __setattr__(self, name: str, value) -> None:
+        # the fields every forward sets (twice per generated token) hold no parameter, buffer or module: stored
+        # without nn.Module's checks, which cost several microseconds each
+        if name in _PER_FORWARD:
+            self.__dict__[name] = value
+        else:
+            super().__setattr__(name, value)
 
     def trajectory_options(self) -> dict:
         """Keyword arguments of ``trajectory_positions`` for this patch (positions clamped by the source)."""
@@ -320,11 +340,11 @@ class PatchState(nn.Module):
         if self.position_skips is not None:
             positions = positions + self._skips(b, n, memory, positions)
         key_positions = None
-        if self.plan.key_positions:
+        if self.keeps_key_positions:
             key_positions = positions
             if memory is not None:
                 key_positions = torch.cat((memory.key_positions, positions), dim=1)
-        if memory is not None and memory.prepared and self.scheme.contributes == "remap":
+        if memory is not None and memory.prepared and self.contributes == "remap":
             self._check_rotated_for(memory.prepared)
         prepare = (self.cache_layers and past_key_values is not None and (memory is None or memory.prepared)
                    and prepare_cache(self, past_key_values))  # (memory is None: nothing cached yet)
@@ -337,7 +357,7 @@ class PatchState(nn.Module):
     def _read_units(self, input_ids, mask, memory: DecodingMemory | None, b: int, n: int, device) -> UnitMemory | None:
         """For a scheme that reads token ids (units of meaning, units.py): hand it the units up to this forward's
         tokens; returns them for the KV cache."""
-        if not self.scheme.reads_token_ids:
+        if not self.reads_token_ids:
             return None
         if input_ids is None:
             raise ValueError(f"{self.plan.scheme} reads the token ids (its units end at boundary tokens); call the "
@@ -390,7 +410,7 @@ class PatchState(nn.Module):
     def additive(self, like: torch.Tensor, table: torch.Tensor | None = None) -> torch.Tensor:
         """The scheme's vectors ``[b, n, d]`` for this forward, in ``like``'s dtype (zeros ``[1, 1, d]``
         when the scheme adds nothing to the embeddings)."""
-        if self.scheme.contributes != "additive":
+        if self.contributes != "additive":
             return like.new_zeros(1, 1, like.shape[-1])
         return self.scheme.additive(self.step.positions, table).to(like.dtype)
 
