@@ -43,6 +43,13 @@ class ForwardGuard:
             self._owner = me
             self._depth += 1
 
+    def held(self) -> bool:
+        """Whether the calling thread owns the guard (always, inside a compiled graph)."""
+        if torch.compiler.is_compiling():
+            return True
+        with self._lock:
+            return self._owner == threading.get_ident()
+
     def leave(self) -> None:
         if torch.compiler.is_compiling():
             return

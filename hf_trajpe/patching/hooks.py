@@ -105,6 +105,12 @@ def make_post_hook(states: list[PatchState], switch: CheckpointSwitch) -> Callab
     ``switch``: the pre-hook's, whose checkpoint functions it restores."""
 
     def post_hook(module, args, kwargs, output):
+        if not all(st.guard.held() for st in states):
+            # this thread's forward was refused (another thread's is running): the state and the checkpoint switch
+            # belong to that forward, which would otherwise lose its cache memory and the keys' rotation midway
+            for st in states:
+                st.guard.leave()
+            return None
         try:
             cache = output_cache(output) if output is not None else None
             if cache is not None:

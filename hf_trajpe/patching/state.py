@@ -109,7 +109,8 @@ class Step:
         backward of this forward does not need the state for it (checkpointed layers hold their step). Without
         autograd (each ``generate()`` step) nothing has a graph: this step is kept, its shared tensors dropped."""
         if not self.checkpointed and not torch.is_grad_enabled():
-            self.memo = {}
+            self.positions, self.key_positions = _detached(self.positions), _detached(self.key_positions)
+            self.past_real, self.memo = _detached(self.past_real), {}
             return self
         return Step(_detached(self.positions), _detached(self.key_positions), _detached(self.past_real))
 

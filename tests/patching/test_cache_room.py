@@ -120,3 +120,58 @@ def test_beam_search_with_room_matches_recomputation(monkeypatch):
     with hf_trajpe.patch(model, "self_extend", **METHODS["self_extend"]):
         assert torch.equal(model.generate(ids, use_cache=True, **kw), model.generate(ids, use_cache=False, **kw))
     assert any(calls)
+
+
+def test_a_layer_that_falls_back_lets_go_of_its_buffer(monkeypatch):
+    """Autograd on, or a crop below the threshold: the stock update runs and the layer holds no buffer."""
+    monkeypatch.setattr(cache_room, "GROW_FROM", 8)
+    cache, g = _cache(12)
+    layer = cache.layers[0]
+    with torch.no_grad():
+        append_in_place(cache, 0, *_rows(g, 1))
+    assert ROOM_ATTR in layer.__dict__
+    assert append_in_place(cache, 0, *_rows(g, 1)) is None  # autograd
+    assert ROOM_ATTR not in layer.__dict__
+
+
+def test_a_buffer_made_in_inference_mode_is_not_written_outside_it(monkeypatch):
+    monkeypatch.setattr(cache_room, "GROW_FROM", 8)
+    cache, g = _cache(12)
+    with torch.inference_mode():
+        append_in_place(cache, 0, *_rows(g, 1))
+    expect_k = cache.layers[0].keys.clone()
+    with torch.no_grad():
+        k, v = _rows(g, 1)
+        got_k, _ = append_in_place(cache, 0, k, v)  # a new buffer, not a refused write into the inference one
+    assert torch.equal(got_k, torch.cat((expect_k, k), dim=-2))
+
+
+def test_a_shallow_copy_of_a_layer_does_not_write_into_the_originals_room(monkeypatch):
+    import copy
+
+    monkeypatch.setattr(cache_room, "GROW_FROM", 8)
+    cache, g = _cache(12)
+    with torch.no_grad():
+        append_in_place(cache, 0, *_rows(g, 1))
+        original = cache.layers[0]
+        keys_before = original.keys.clone()
+        twin, _ = _cache(1)
+        twin.layers[0] = copy.copy(original)
+        append_in_place(twin, 0, *_rows(g, 1))
+        append_in_place(cache, 0, *_rows(g, 1))
+    assert twin.layers[0].__dict__[ROOM_ATTR][0].data_ptr() != original.__dict__[ROOM_ATTR][0].data_ptr()
+    assert torch.equal(original.keys[..., :13, :], keys_before)
+
+
+def test_a_cache_with_its_own_update_keeps_it(monkeypatch):
+    from transformers import DynamicCache
+
+    class Counting(DynamicCache):
+        def update(self, *args, **kwargs):
+            return super().update(*args, **kwargs)
+
+    monkeypatch.setattr(cache_room, "GROW_FROM", 8)
+    cache = Counting()
+    cache.update(torch.zeros(2, 3, 12, 6), torch.zeros(2, 3, 12, 4), 0)
+    with torch.no_grad():
+        assert append_in_place(cache, 0, torch.zeros(2, 3, 1, 6), torch.zeros(2, 3, 1, 4)) is None

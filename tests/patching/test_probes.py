@@ -282,6 +282,46 @@ def test_one_patched_model_runs_one_forward_at_a_time_and_a_second_thread_is_ref
     assert torch.equal(other["x"], want)
 
 
+@pytest.mark.parametrize("encoding", ["trajectory", "self_extend"])
+def test_a_refused_thread_leaves_the_running_forward_and_its_cache_alone(encoding):
+    """The refused thread's forward still calls the post-hook (torch calls it when a pre-hook raises); it must not
+    end the running forward: that forward keeps its positions, stores its decoding memory on its cache and (a
+    remap) its rotated keys, so decoding after it equals one forward over the whole sequence."""
+    from transformers import DynamicCache
+
+    model = build("llama")
+    ids = random_ids(12, b=2, seed=5)
+    opts = {"strength": 0.3} if encoding == "trajectory" else {"group_size": 2, "window": 4}
+    hf_trajpe.patch(model, encoding, **opts)
+    want = output(model, input_ids=ids)
+    inside, release = threading.Event(), threading.Event()
+
+    def wait_in_layer(module, args):
+        if threading.current_thread().name == "first":
+            inside.set()
+            release.wait(30)
+
+    hook = model.model.layers[1].register_forward_pre_hook(wait_in_layer)
+    cache = DynamicCache(config=model.config)
+    got = {}
+
+    def prompt():
+        with torch.no_grad():
+            got["prompt"] = model(input_ids=ids[:, :11], use_cache=True, **{cache_kwarg(): cache}).logits
+
+    first = threading.Thread(target=prompt, name="first")
+    first.start()
+    assert inside.wait(30)
+    with pytest.raises(RuntimeError, match="running a forward in another thread"):
+        output(model, input_ids=random_ids(5, b=2, seed=3))
+    release.set()
+    first.join(30)
+    hook.remove()
+    with torch.no_grad():
+        step = model(input_ids=ids[:, 11:], use_cache=True, **{cache_kwarg(): cache}).logits
+    torch.testing.assert_close(torch.cat((got["prompt"], step), dim=1), want, rtol=1e-4, atol=1e-5)
+
+
 def test_torch_save_of_a_patched_model_names_the_supported_way():
     model = build("gpt2")
     handle = hf_trajpe.patch(model, "trajectory", strength=0.3)
