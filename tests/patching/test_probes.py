@@ -247,6 +247,28 @@ def test_deepcopy_gives_an_independent_patched_copy(family, encoding, opts):
     assert torch.equal(output(model, input_ids=ids), output(clone, input_ids=ids))  # both stock now
 
 
+def _while_a_forward_waits_in(model, layer: int, first, second) -> None:
+    """Run ``first`` (a forward) in a thread that waits inside Llama layer ``layer`` while ``second`` runs here, then
+    let it finish; ``second``'s exception propagates once ``first`` is done."""
+    inside, release = threading.Event(), threading.Event()
+
+    def wait_in_layer(module, args):
+        if threading.current_thread().name == "first":
+            inside.set()
+            release.wait(30)
+
+    hook = model.model.layers[layer].register_forward_pre_hook(wait_in_layer)
+    thread = threading.Thread(target=first, name="first")
+    thread.start()
+    try:
+        assert inside.wait(30)
+        second()
+    finally:
+        release.set()
+        thread.join(30)
+        hook.remove()
+
+
 def test_one_patched_model_runs_one_forward_at_a_time_and_a_second_thread_is_refused():
     """A documented limit: the positions of a forward live on the patched model, so a forward started in
     another thread while one runs raises (instead of reading the other's positions); after it, and after a
@@ -255,23 +277,10 @@ def test_one_patched_model_runs_one_forward_at_a_time_and_a_second_thread_is_ref
     ids = random_ids(9, b=2)
     hf_trajpe.patch(model, "trajectory", strength=0.3)
     want = output(model, input_ids=ids)
-    inside, release = threading.Event(), threading.Event()
-
-    def wait_in_layer(module, args):
-        if threading.current_thread().name == "first":
-            inside.set()
-            release.wait(30)
-
-    hook = model.model.layers[0].register_forward_pre_hook(wait_in_layer)
     got = {}
-    first = threading.Thread(target=lambda: got.setdefault("first", output(model, input_ids=ids)), name="first")
-    first.start()
-    assert inside.wait(30)
     with pytest.raises(RuntimeError, match="running a forward in another thread.*copy.deepcopy"):
-        output(model, input_ids=random_ids(5, b=2, seed=3))
-    release.set()
-    first.join(30)
-    hook.remove()
+        _while_a_forward_waits_in(model, 0, lambda: got.setdefault("first", output(model, input_ids=ids)),
+                                  lambda: output(model, input_ids=random_ids(5, b=2, seed=3)))
     assert torch.equal(got["first"], want)
     with pytest.raises(ValueError, match="no tokens"):  # a forward that raises still ends
         model(input_ids=torch.zeros(2, 0, dtype=torch.long))
@@ -294,14 +303,6 @@ def test_a_refused_thread_leaves_the_running_forward_and_its_cache_alone(encodin
     opts = {"strength": 0.3} if encoding == "trajectory" else {"group_size": 2, "window": 4}
     hf_trajpe.patch(model, encoding, **opts)
     want = output(model, input_ids=ids)
-    inside, release = threading.Event(), threading.Event()
-
-    def wait_in_layer(module, args):
-        if threading.current_thread().name == "first":
-            inside.set()
-            release.wait(30)
-
-    hook = model.model.layers[1].register_forward_pre_hook(wait_in_layer)
     cache = DynamicCache(config=model.config)
     got = {}
 
@@ -309,14 +310,8 @@ def test_a_refused_thread_leaves_the_running_forward_and_its_cache_alone(encodin
         with torch.no_grad():
             got["prompt"] = model(input_ids=ids[:, :11], use_cache=True, **{cache_kwarg(): cache}).logits
 
-    first = threading.Thread(target=prompt, name="first")
-    first.start()
-    assert inside.wait(30)
     with pytest.raises(RuntimeError, match="running a forward in another thread"):
-        output(model, input_ids=random_ids(5, b=2, seed=3))
-    release.set()
-    first.join(30)
-    hook.remove()
+        _while_a_forward_waits_in(model, 1, prompt, lambda: output(model, input_ids=random_ids(5, b=2, seed=3)))
     with torch.no_grad():
         step = model(input_ids=ids[:, 11:], use_cache=True, **{cache_kwarg(): cache}).logits
     torch.testing.assert_close(torch.cat((got["prompt"], step), dim=1), want, rtol=1e-4, atol=1e-5)
