@@ -60,14 +60,19 @@ def _fsync_file(path: Path) -> None:
 
 
 def fsync_tree(root: str | os.PathLike) -> list[Path]:
-    """fsync every file under ``root``, then every folder (deepest first); returns the files."""
+    """fsync every file under ``root``, then every folder (deepest first); returns the files. A file gone between
+    the listing and its fsync is skipped: in a checkpoint every process writes into, it is another process's
+    temporary (written, then renamed), which its writer fsyncs under its final name."""
     root = Path(root)
     files, dirs = [], [root]
     for path in sorted(root.rglob("*")):
         if path.is_symlink():
             continue
         if path.is_file():
-            _fsync_file(path)
+            try:
+                _fsync_file(path)
+            except FileNotFoundError:
+                continue
             files.append(path)
         elif path.is_dir():
             dirs.append(path)

@@ -92,6 +92,29 @@ def test_every_checkpoint_file_is_fsynced_before_the_rename_that_publishes_it(tm
     assert ("fsync", str(tmp_path)) in events[publish:], "the rename itself is made durable"
 
 
+def test_a_file_another_process_renames_during_the_fsync_is_skipped(tmp_path, monkeypatch):
+    """Two processes write into one checkpoint folder; one lists the folder while the other still writes a
+    temporary that it renames a moment later (seen in a two-process run: FileNotFoundError on rank 1). The
+    listing process skips the vanished file; every file that stays is fsynced."""
+    import hf_trajpe.training.files as files
+
+    (tmp_path / "a.bin").write_text("a")
+    (tmp_path / ".tmpXYZ").write_text("other process's temporary")
+    (tmp_path / "z.bin").write_text("z")
+    real = files._fsync_file
+    synced = []
+
+    def racing(path):
+        if path.name == ".tmpXYZ":
+            os.replace(path, tmp_path / "renamed.bin")  # its writer renames it between the listing and the fsync
+        synced.append(path.name)
+        return real(path)
+
+    monkeypatch.setattr(files, "_fsync_file", racing)
+    got = files.fsync_tree(tmp_path)
+    assert [p.name for p in got] == ["a.bin", "z.bin"] and synced == [".tmpXYZ", "a.bin", "z.bin"]
+
+
 def _complete(folder: Path, step: int, tag: str = "") -> None:
     folder.mkdir(parents=True)
     (folder / "model.safetensors").write_text(f"weights{tag}")
