@@ -2,8 +2,8 @@
 
 transformers' ``DynamicLayer.update`` concatenates: every decoding step copies the whole cache of every layer
 (``torch.cat``), work that grows with the sequence. For a remap whose cache holds each key twice (Self-Extend,
-ReRoPE: remap_keys.py) that copy is three times the stock model's keys and values, and at 16k tokens it was most of
-the extra decoding time of those two remaps (docs/benchmarks.md). Here a layer gets a buffer with room after its
+ReRoPE: remap_keys.py) that copy is 1.5 times the stock model's (keys twice, values once), and at 16k tokens it was
+most of the extra decoding time of those two remaps (docs/benchmarks.md). Here a layer gets a buffer with room after its
 last key (an eighth of its length, at least :data:`MIN_ROOM` tokens); the layer's ``keys`` and ``values`` are
 views of the buffer's first ``t`` rows, so everything that reads the layer (its length, masks, cropping, beam
 search) sees exactly what ``torch.cat`` would have given, and a step writes only its new rows. When the room is
@@ -22,6 +22,8 @@ Shape legend: ``b`` batch, ``g`` key/value heads, ``t`` cached tokens, ``n`` new
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 __all__ = ["GROW_FROM", "MIN_ROOM", "ROOM_ATTR", "append_in_place"]
@@ -34,6 +36,7 @@ GROW_FROM = 1024
 MIN_ROOM = 256
 
 
+@functools.cache
 def _cache_classes() -> tuple[type | None, object]:
     """transformers' ``DynamicLayer`` and ``Cache.update`` (``None`` where the installed version has no such layer)."""
     from transformers import cache_utils
