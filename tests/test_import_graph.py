@@ -139,3 +139,65 @@ def test_the_facade_check_sees_both_forms(tmp_path):
              "pkg/sub/a.py": "def f():\n    import pkg\n    return pkg.patch\n",
              "pkg/sub/b.py": "from .. import patch, __version__\n", "pkg/sub/c.py": "from .. import __version__\n"}
     assert facade_uses(_package(tmp_path, files)) == ["pkg.sub.a: import pkg", "pkg.sub.b: from pkg import patch"]
+
+
+# -- the layers of docs/architecture.md -------------------------------------------------------------------------
+#: the top-level modules and packages of hf_trajpe, bottom up as docs/architecture.md draws them: a module imports
+#: from its own layer and the layers below (the facade, ``hf_trajpe/__init__``, imports nothing until first use)
+LAYERS = (
+    {"checks", "compat", "precision", "monitoring", "content", "loading", "paths", "strength"},
+    {"encodings"},
+    {"cache"},
+    {"patching"},
+    {"data"},
+    {"evaluation"},
+    {"training"},
+    {"study", "benchmarks", "coverage", "integrations"},
+    {"commands"},
+    {"cli", "__main__"},
+)
+#: the engine of patching/: it asks a scheme what to do and never imports a scheme's own modules
+CORE = ("plan", "state", "attention")
+
+
+def _rank(module: str) -> int | None:
+    parts = module.split(".")
+    if len(parts) == 1:
+        return None  # the lazy facade
+    return next(i for i, layer in enumerate(LAYERS) if parts[1] in layer)
+
+
+def test_every_module_imports_from_its_layer_or_below():
+    graph = import_graph(ROOT / "hf_trajpe")
+    assert {m.split(".")[1] for m in graph if "." in m} == set().union(*LAYERS), "a new top-level module: give a layer"
+    upward = sorted(f"{a} -> {b}" for a, targets in graph.items() for b in targets
+                    if _rank(a) is not None and _rank(b) is not None and _rank(b) > _rank(a))
+    assert not upward, "imports from a higher layer (docs/architecture.md): " + "; ".join(upward)
+
+
+def _reaches(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for nxt in graph.get(todo.pop(), ()):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def test_the_patching_core_names_no_remap_and_schemes_never_reach_the_core():
+    """plan.py, state.py and attention.py import no module of the remap package (they ask the scheme:
+    ``Scheme.attend``, ``rotate_new_keys``, ``read_units``, the model checks); schemes/ and families/ are built
+    from a plan and import nothing that reaches the plan, the state or the attention functions."""
+    graph = import_graph(ROOT / "hf_trajpe")
+    remap = "hf_trajpe.patching.schemes.remap"
+    for name in CORE:
+        module = f"hf_trajpe.patching.{name}"
+        named = sorted(t for t in graph[module] if t == remap or t.startswith(remap + "."))
+        assert not named, f"{module} imports the remap package: {named}"
+    core = {f"hf_trajpe.patching.{name}" for name in CORE}
+    plugins = [m for m in graph if m.startswith(("hf_trajpe.patching.schemes", "hf_trajpe.patching.families"))]
+    assert any(m.startswith(remap + ".kernels") for m in plugins)
+    for module in plugins:
+        reached = _reaches(graph, module) & core
+        assert not reached, f"{module} reaches the patching core {sorted(reached)}"

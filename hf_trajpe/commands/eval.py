@@ -177,7 +177,7 @@ def _run_long_context(args: argparse.Namespace) -> int:
     from ..evaluation.long_context import LONG_KINDS
     from ..evaluation.long_context_run import evaluate_long_context, write_long_context_report
     from ..patching import PatchConfig
-    from ..patching.units import unit_names
+    from ..patching.schemes.remap.units import unit_names
     from ..paths import output_folder
 
     models = parse_models(args.model)

@@ -53,7 +53,7 @@ def evaluate_long_context(models: dict[str, str], patches: dict[str, dict] | Non
     from ..data import load_tokenizer
     from ..loading import load_model
     from ..patching import patch
-    from ..patching.units import resolve_boundary_ids
+    from ..patching.schemes.remap.units import resolve_boundary_ids
     from ..precision import resolve_dtype
 
     patches = patches or {}

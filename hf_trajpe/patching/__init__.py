@@ -30,7 +30,7 @@ from .persistence import STATE_NAME
 from .plan import PatchPlan, resolve_plan
 from .reload import from_pretrained, load_patch
 from .schemes import SCHEMES, Scheme, register_scheme
-from .units import boundary_ids as unit_boundary_ids
+from .schemes.remap.units import boundary_ids as unit_boundary_ids
 
 __all__ = [
     "patch",

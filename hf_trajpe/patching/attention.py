@@ -21,9 +21,8 @@ from torch import nn
 
 from .attention_inputs import INDEX_ATTR, attention_inputs, merged_bias_mask, own_value, score_mask
 from .key_bias import KEY_BIAS_DTYPES, augmented_qkv
+from .layer_frequencies import layer_type_names
 from .plan import ATTENTION_NAMES, self_attention_modules
-from .remap_attention import remap_attention
-from .remap_keys import layer_type_names
 from .state import STATE_ATTR, PatchState
 from .subnormals import narrow, scale, subnormal_scales
 
@@ -88,15 +87,15 @@ def _one_query_bias(st: PatchState, stock: Callable, module, query: torch.Tensor
     return stock(module, query, key, value, mask, **dict(kwargs, is_causal=False))
 
 
-def _remaps(st: PatchState, module) -> bool:
-    """Whether ``module``'s attention runs at remapped positions: a remap scheme, on a layer that rotates (SmolLM3's
-    NoPE layers, ``use_rope`` false, stay without positions)."""
-    return st.contributes == "remap" and bool(getattr(module, "use_rope", True))
+def _attends(st: PatchState, module) -> bool:
+    """Whether the scheme computes ``module``'s attention itself (``Scheme.attend``: a remap, on a layer that
+    rotates)."""
+    return st.computes_attention and st.scheme.attends(module)
 
 
 def _eager_with_state(st: PatchState, module, query, key, value, attention_mask, **kwargs):
-    if _remaps(st, module):
-        return remap_attention(st, module, query, key, value, attention_mask, **kwargs)
+    if _attends(st, module):
+        return st.scheme.attend(st, module, query, key, value, attention_mask, **kwargs)
     if st.contributes == "score":
         is_causal = kwargs.get("is_causal")
         is_causal = getattr(module, "is_causal", False) if is_causal is None else is_causal
@@ -140,11 +139,11 @@ def _with_position_bias(load_stock: Callable[[], Callable], merge_mask: bool = F
             # a bias scheme's decoding step (a bias scheme never rotates q/k), once per layer and generated token:
             # what the lines below do for one query, in fewer calls
             return _one_query_bias(st, stock, module, query, key, value, attention_mask, kwargs)
-        if _remaps(st, module):
+        if _attends(st, module):
             if not merge_mask:
                 raise NotImplementedError(f"{st.plan.scheme} runs with attention implementations eager and sdpa "
                                           "only, not flex_attention")
-            return remap_attention(st, module, query, key, value, attention_mask, **kwargs)
+            return st.scheme.attend(st, module, query, key, value, attention_mask, **kwargs)
         if contributes == "score":
             if not merge_mask:
                 raise NotImplementedError(f"{st.plan.scheme} runs with attention implementations eager and sdpa "
@@ -243,11 +242,16 @@ def bind_attention_modules(base: nn.Module, self_attention: tuple[str, ...], sta
 
 def cache_layers(state: PatchState, modules: list[nn.Module]) -> dict[int, tuple[str | None, ...]]:
     """The KV-cache layer numbers (``layer_idx``) of the ``modules`` whose keys the cache should hold rotated
-    (cached_keys.py: RoPE inside attention, or a remap on the layers it runs on), each with the names of its layer
-    type (for the frequencies a remap rotates with); none unless every module is numbered."""
-    kinds = {"rotary": lambda m: state.plan.uses_attention, "remap": lambda m: _remaps(state, m)}
-    rotates = kinds.get(state.scheme.contributes)
-    if rotates is None:
+    (cached_keys.py: RoPE inside attention, or a scheme that computes attention itself, on the layers it runs on),
+    each with the names of its layer type (for the frequencies a remap rotates with); none unless every module is
+    numbered."""
+    if state.scheme.contributes == "rotary":
+        def rotates(m):
+            return state.plan.uses_attention
+    elif state.computes_attention:
+        def rotates(m):
+            return _attends(state, m)
+    else:
         return {}
     numbers = [getattr(m, "layer_idx", None) for m in modules]
     if not numbers or any(not isinstance(i, int) for i in numbers) or len(set(numbers)) != len(numbers):

@@ -2,7 +2,7 @@
 
 transformers' ``DynamicLayer.update`` concatenates: every decoding step copies the whole cache of every layer
 (``torch.cat``), work that grows with the sequence. For a remap whose cache holds each key twice (Self-Extend,
-ReRoPE: remap_keys.py) that copy is 1.5 times the stock model's (keys twice, values once), and at 16k tokens it was
+ReRoPE) that copy is 1.5 times the stock model's (keys twice, values once), and at 16k tokens it was
 most of the extra decoding time of those two remaps (docs/benchmarks.md). Here a layer gets a buffer with room after its
 last key (an eighth of its length, at least :data:`MIN_ROOM` tokens); the layer's ``keys`` and ``values`` are
 views of the buffer's first ``t`` rows, so everything that reads the layer (its length, masks, cropping, beam

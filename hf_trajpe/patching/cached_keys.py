@@ -8,14 +8,14 @@ cache's ``update`` rotates the new keys on their way in: the cache holds rotated
 once, and attention rotates only the queries. The remaps (Self-Extend, ReRoPE, DCA, STRING) run their
 rotation inside attention too, at positions per region; a key's positions there follow from its own
 position alone, so their cache stores each new key once per key rotation of the scheme, side by side in the
-last axis (remap_keys.py): two copies of the keys for Self-Extend and ReRoPE, one for DCA and STRING. How a
+last axis (schemes/remap/keys.py): two copies of the keys for Self-Extend and ReRoPE, one for DCA and STRING. How a
 kind of scheme stores its keys is a registry (:data:`KEY_ROTATIONS`).
 
 How: while a patched forward runs with a cache object (``generate()`` passes one from the prefill on),
 the cache's ``update`` is wrapped on that instance (:func:`prepare_cache`); the wrapper rotates the new
 keys of the patched self-attention layers (their ``layer_idx``) with the positions of this forward's new
 tokens and records the tensor the cache returns, so attention knows it is already rotated
-(:func:`is_prepared`; a remap's attention knows it per layer instead, remap_keys.py). The decoding memory
+(:func:`is_prepared`; a remap's attention knows it per layer instead, schemes/remap/keys.py). The decoding memory
 says whether a cache holds rotated keys, and for which patch (``DecodingMemory.prepared``; a remap refuses a
 cache another patch rotated); a cache filled without the wrapper (a forward given no cache object, which the
 model then creates itself) keeps the old path: its keys are rotated inside attention at every step.
@@ -33,7 +33,6 @@ import weakref
 import torch
 
 from .cache_room import append_in_place
-from .remap_keys import rotate_new_keys as rotate_new_remap_keys
 from .rotary_tables import rotate_new_keys
 
 __all__ = ["KEY_ROTATIONS", "PREPARE_ATTR", "is_prepared", "prepare_cache"]
@@ -42,8 +41,9 @@ __all__ = ["KEY_ROTATIONS", "PREPARE_ATTR", "is_prepared", "prepare_cache"]
 PREPARE_ATTR = "_hf_trajpe_prepare"
 #: the kind of a scheme (``Scheme.contributes``) -> the keys its layer stores for this forward's new keys
 #: ``[b, g, n, d]``: ``(state, keys, layer_idx) -> keys to store``. RoPE inside attention stores them rotated at
-#: their positions; a remap once per key rotation, side by side in the last axis (remap_keys.py)
-KEY_ROTATIONS = {"rotary": rotate_new_keys, "remap": rotate_new_remap_keys}
+#: their positions; a scheme that computes attention itself says what it stores (``Scheme.rotate_new_keys``: a
+#: remap once per key rotation, side by side in the last axis)
+KEY_ROTATIONS = {"rotary": rotate_new_keys}
 
 
 def _prepared_update(cache, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
@@ -55,7 +55,9 @@ def _prepared_update(cache, key_states: torch.Tensor, value_states: torch.Tensor
     step = state.step if state is not None else None
     if step is None or step.cache is not cache:
         return stock(cache, key_states, value_states, layer_idx, *args, **kwargs)
-    stored = KEY_ROTATIONS[state.contributes](state, key_states, layer_idx)
+    rotation = KEY_ROTATIONS.get(state.contributes)
+    stored = (rotation(state, key_states, layer_idx) if rotation is not None
+              else state.scheme.rotate_new_keys(state, key_states, layer_idx))
     grown = append_in_place(cache, layer_idx, stored, value_states)  # (cache_room.py: no copy of the whole cache)
     keys, values = grown if grown is not None else stock(cache, stored, value_states, layer_idx, *args, **kwargs)
     step.prepared_keys[id(keys)] = keys

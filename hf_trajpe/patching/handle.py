@@ -131,6 +131,13 @@ class PatchHandle:
         """The attention layers this patch applies to (indices in model order); ``None``: every layer."""
         return self.plan.layers
 
+    @property
+    def kernel(self) -> str | None:
+        """The kernel that computed this patch's attention in the last forward (a remap's ``kernel`` option, with
+        ``"auto"`` resolved for that input: ``"cpu_fused"``, ``"flex"`` or ``"materialised"``); ``None`` before
+        the first forward and for schemes that run the model's own attention."""
+        return self.state.kernel_used
+
     @contextlib.contextmanager
     def texts(self, texts: Sequence[str]) -> Iterator[None]:
         """Within the block, ``strength="auto"`` detects content types from ``texts`` (one per sequence of
@@ -230,6 +237,11 @@ class LayerMapHandle:
     @property
     def state(self) -> PatchStates:
         return PatchStates([h.state for h in self.handles])
+
+    @property
+    def kernels(self) -> tuple[str | None, ...]:
+        """:attr:`PatchHandle.kernel` of each patch of the map."""
+        return tuple(h.kernel for h in self.handles)
 
     @property
     def active(self) -> bool:

@@ -24,7 +24,8 @@ import torch
 from torch import nn
 
 from .families.structure import rotary_frequencies
-from .state import ROTARY_FREQUENCIES, PatchState
+from .layer_frequencies import ROTARY_FREQUENCIES
+from .state import PatchState
 
 __all__ = ["layer_type_of", "make_layer_hook"]
 

@@ -10,8 +10,9 @@ import torch
 from torch import nn
 
 from .families.structure import rotary_frequencies
+from .layer_frequencies import ROTARY_FREQUENCIES
 from .rope_scaling import DYNAMIC_ROPE_TYPES
-from .state import ROTARY_FREQUENCIES, STATE_ATTR, PatchState, bind_state
+from .state import STATE_ATTR, PatchState, bind_state
 
 __all__ = ["PatchedPositionTable", "PatchedRotary"]
 

@@ -17,7 +17,7 @@ from .config import PatchConfig
 from .families import FamilyAdapter, adapter_for
 from .families.structure import rotary_frequencies
 from .layers import describe_layers, resolve_selection
-from .rope_scaling import DYNAMIC_ROPE_TYPES, RopeScaling, resolve_rope_parameters
+from .rope_scaling import RopeScaling, resolve_rope_parameters
 from .schemes import check_interpolation, get_scheme
 from .schemes.encodings import NATIVE, refuse_undeclared
 from .schemes.source import SOURCES
@@ -228,8 +228,7 @@ def resolve_plan(config: PatchConfig, model: nn.Module) -> PatchPlan:
                     f"rope_type {rope_type!r} of {type(rotary).__name__} is not one hf_trajpe reproduces; "
                     f"supported rope types: {', '.join(ROTARY_TYPES)}"
                 )
-        if scheme_cls.contributes == "remap":
-            _check_remap_rotary(name, rope_types, config)
+        scheme_cls.check_rope_types(name, rope_types, config.rope_parameters)
     attention = self_attention_modules(base, family.self_attention)
     head_dim = _head_dim(attention, model_config)
     scaling = None
@@ -248,8 +247,8 @@ def resolve_plan(config: PatchConfig, model: nn.Module) -> PatchPlan:
     layers = None
     if config.layers is not None:
         layers = _check_layers(config, family, name, scheme_cls, hook, attention)
-    elif scheme_cls.contributes == "remap":
-        _check_remap_layers(name, attention)
+    else:
+        scheme_cls.check_attention_modules(name, attention)
     plan = PatchPlan(
         config=config, family=family, scheme=name, trajectory=trajectory, interpolation=interpolation,
         causal=causal, width=int(model_config.hidden_size), table_offset=table_offset,
@@ -260,40 +259,6 @@ def resolve_plan(config: PatchConfig, model: nn.Module) -> PatchPlan:
     )
     scheme_cls.check_model(plan)
     return plan
-
-
-def _check_remap_rotary(name: str, rope_types, config: PatchConfig) -> None:
-    """Refuse a rotary module whose frequencies change with the sequence length: a remap keeps the positions
-    inside the trained range, at fixed frequencies."""
-    dynamic = sorted({t for t in (rope_types.values() if isinstance(rope_types, dict) else (rope_types,))
-                      if t in DYNAMIC_ROPE_TYPES})
-    if dynamic and config.rope_parameters is None:
-        raise NotImplementedError(f"{name} remaps positions over fixed rotary frequencies; this model's rope_type "
-                                  f"{dynamic[0]!r} changes them with the sequence length: give a static "
-                                  "rope_parameters (for example yarn) or use another encoding")
-
-
-def _check_remap_layers(name: str, attention: list[nn.Module]) -> None:
-    """Refuse a remap of every layer where the model's attention rotates on some layers only, by a condition in
-    its own code (schemes/remap.py): the remap, computed inside attention, would give the other layers positions.
-    A condition true on every layer (EXAONE 4 without sliding windows) is no obstacle."""
-    import ast
-
-    from .schemes.remap import evaluate_condition, rotation_condition
-
-    for cls in dict.fromkeys(type(m) for m in attention):
-        condition = rotation_condition(cls)
-        if condition is None:
-            continue
-        rotating = [evaluate_condition(condition, m) if type(m) is cls else True for m in attention]
-        if all(r is True for r in rotating):
-            continue
-        which = ("; it rotates layers " + describe_layers([i for i, r in enumerate(rotating) if r])
-                 if None not in rotating and any(rotating) else "")
-        raise NotImplementedError(
-            f"{cls.__name__} applies its rotation only if {ast.unparse(condition)}, a condition in its own code "
-            f"that {name} (computed inside attention) does not run{which}: give layers=[...] naming the layers "
-            "that rotate")
 
 
 def _rotary_width(fraction: float, head_dim: int | None, family: FamilyAdapter) -> int:

@@ -24,12 +24,10 @@ from ..encodings.trajectory import TrajectoryPast
 from .cached_keys import prepare_cache
 from .guard import ForwardGuard
 from .plan import PatchPlan, plan_strength
-from .remap_keys import ROTARY_FREQUENCIES
 from .schemes import get_scheme
 from .sources import RankPositions, TrajectoryPositions, real_ranks
-from .units import UnitMemory, advance
 
-__all__ = ["DecodingMemory", "PatchState", "PatchStates", "Step", "MEMORY_ATTR", "ROTARY_FREQUENCIES", "STATE_ATTR",
+__all__ = ["DecodingMemory", "PatchState", "PatchStates", "Step", "MEMORY_ATTR", "STATE_ATTR",
            "bind_state"]
 
 #: attribute of the KV cache object that holds :class:`DecodingMemory`
@@ -58,8 +56,9 @@ class DecodingMemory:
     #: the patch (its description) whose rotation the cached keys carry (cached_keys.py; a remap's: one copy per key
     #: rotation); ``None``: unrotated keys
     prepared: str | None = None
-    #: the units of meaning read so far, for a scheme that reads token ids (units.py); ``None``: none
-    units: UnitMemory | None = None
+    #: what a scheme that reads token ids kept of them so far (``Scheme.read_units``: the units of meaning of
+    #: Self-Extend over units); ``None``: none
+    units: object | None = None
 
     def reorder(self, idx: torch.Tensor) -> DecodingMemory:
         """Select rows, as beam search reorders its cache."""
@@ -204,7 +203,7 @@ class PatchState(nn.Module):
         self.memory_key = MEMORY_ATTR
         #: ``layer_idx`` of the self-attention modules our attention functions serve, when the KV cache
         #: should store their keys rotated (RoPE inside attention, a remap: cached_keys.py), each with the names
-        #: of its layer type (remap_keys.layer_type_names); set when they are bound
+        #: of its layer type (layer_frequencies.layer_type_names); set when they are bound
         self.cache_layers: dict[int, tuple[str | None, ...]] = {}
         #: ``(beta, detach, extend)`` of the plan's (immutable) config, read once: an option's lookup resolves
         #: the declared options of every scheme, which every forward (each generated token) would repeat
@@ -214,6 +213,10 @@ class PatchState(nn.Module):
         #: reads token ids, read once: a submodule's attribute goes through ``nn.Module.__getattr__``, and the
         #: attention functions of every layer ask at every generated token
         self.contributes: str = self.scheme.contributes
+        self.computes_attention: bool = self.scheme.computes_attention
+        #: the kernel that computed a scheme's own attention in the last forward (``Scheme.attend``: a remap's
+        #: ``kernel`` option, ``auto`` resolved per input); ``None`` before one, or for other schemes
+        self.kernel_used: str | None = None
         self.keeps_key_positions: bool = plan.key_positions
         self.reads_token_ids: bool = self.scheme.reads_token_ids
 
@@ -345,7 +348,7 @@ class PatchState(nn.Module):
             key_positions = positions
             if memory is not None:
                 key_positions = torch.cat((memory.key_positions, positions), dim=1)
-        if memory is not None and memory.prepared and self.contributes == "remap":
+        if memory is not None and memory.prepared and self.computes_attention:
             self._check_rotated_for(memory.prepared)
         prepare = (self.cache_layers and past_key_values is not None and (memory is None or memory.prepared)
                    and prepare_cache(self, past_key_values))  # (memory is None: nothing cached yet)
@@ -355,9 +358,9 @@ class PatchState(nn.Module):
         self.pending = (DecodingMemory(num_real, key_positions, past, self.describe() if prepare else None, units)
                         if use_cache else None)
 
-    def _read_units(self, input_ids, mask, memory: DecodingMemory | None, b: int, n: int, device) -> UnitMemory | None:
-        """For a scheme that reads token ids (units of meaning, units.py): hand it the units up to this forward's
-        tokens; returns them for the KV cache."""
+    def _read_units(self, input_ids, mask, memory: DecodingMemory | None, b: int, n: int, device) -> object | None:
+        """For a scheme that reads token ids (``Scheme.read_units``): hand it this forward's, after what the KV
+        cache kept of the earlier ones; returns what the cache keeps next."""
         if not self.reads_token_ids:
             return None
         if input_ids is None:
@@ -365,14 +368,11 @@ class PatchState(nn.Module):
                              "model with input_ids, not inputs_embeds")
         past_real = memory.num_real if memory is not None else None
         rank, real = real_ranks(mask, past_real, b, n, device)
-        units = advance(memory.units if memory is not None else None, input_ids.to(device), rank, real,
-                        self.scheme.boundaries, self.scheme.group_size)
-        self.scheme.observe(units)
-        return units
+        return self.scheme.read_units(memory.units if memory is not None else None, input_ids.to(device), rank, real)
 
     def _check_rotated_for(self, patch: str) -> None:
-        """A remap's KV cache holds its keys rotated at the positions of that remap (remap_keys.py): refuse one
-        filled by another patch (``patch``: its description)."""
+        """A remap's KV cache holds its keys rotated at the positions of that remap: refuse one filled by another
+        patch (``patch``: its description)."""
         if patch != self.describe():
             raise RuntimeError(
                 f"this KV cache holds keys rotated for {patch}, not for {self.describe()} (a remap's cache keeps "

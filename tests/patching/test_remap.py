@@ -12,7 +12,8 @@ from patch_models import build, output, random_ids
 from remap_reference import DISTANCES, plain, remap_reference_logits
 
 import hf_trajpe
-import hf_trajpe.patching.remap_attention as remap_attention
+import hf_trajpe.patching.schemes.remap.kernels.blocks as block_loop
+import hf_trajpe.patching.schemes.remap.kernels.cpu_fused as cpu_fused
 
 #: method -> options, each far from degenerate at the test length (56 tokens: several windows and chunks)
 METHODS = {
@@ -91,8 +92,8 @@ def test_blocks_of_queries_equal_one_block(monkeypatch):
     ids, mask = left_padded()
     with hf_trajpe.patch(model, "dca", **METHODS["dca"]):
         whole = output(model, input_ids=ids, attention_mask=mask)
-        monkeypatch.setattr(remap_attention, "SCORE_BUDGET", 1)  # 16 queries per block: 4 blocks
-        assert remap_attention.block_size(2, 4, 56) == 16
+        monkeypatch.setattr(block_loop, "SCORE_BUDGET", 1)  # 16 queries per block: 4 blocks
+        assert block_loop.block_size(2, 4, 56) == 16
         blocks = output(model, input_ids=ids, attention_mask=mask)
     torch.testing.assert_close(blocks, whole, rtol=1e-6, atol=1e-6)
 
@@ -328,11 +329,11 @@ def test_fused_segments_equal_the_materialised_scores(monkeypatch, method):
     model = build("llama")
     ids, mask = left_padded()
     inputs = [dict(input_ids=ids, attention_mask=mask), dict(input_ids=ids[:1])]
-    monkeypatch.setattr(remap_attention, "SCORE_BUDGET", 1)
-    monkeypatch.setattr(remap_attention, "PURE_RUN", 4)
+    monkeypatch.setattr(block_loop, "SCORE_BUDGET", 1)
+    monkeypatch.setattr(cpu_fused, "PURE_RUN", 4)
     calls = []
-    fused = remap_attention.segment_attention
-    monkeypatch.setattr(remap_attention, "segment_attention", lambda *a, **k: calls.append(a[3]) or fused(*a, **k))
+    fused = cpu_fused.segment_attention
+    monkeypatch.setattr(cpu_fused, "segment_attention", lambda *a, **k: calls.append(a[3]) or fused(*a, **k))
     with hf_trajpe.patch(model, encoding(method), **METHODS[method]):
         got = []
         for kwargs in inputs:
@@ -340,7 +341,7 @@ def test_fused_segments_equal_the_materialised_scores(monkeypatch, method):
             got.append(output(model, **kwargs))
             assert calls
         assert any(seg.pairs is None for segs in calls for seg in segs)  # one sequence: unmasked runs were scored
-        monkeypatch.setattr(remap_attention, "fused_usable", lambda *a, **k: False)
+        monkeypatch.setattr(cpu_fused.CpuFused, "refusal", lambda self, call: "switched off")
         calls.clear()
         want = [output(model, **kwargs) for kwargs in inputs]
         assert not calls

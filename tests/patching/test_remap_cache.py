@@ -1,4 +1,4 @@
-"""The KV cache of the remaps (patching/remap_keys.py): a key's rotation depends on its own position only, so the
+"""The KV cache of the remaps (schemes/remap/keys.py): a key's rotation depends on its own position only, so the
 cache keeps each key rotated once per key rotation of the scheme (two for Self-Extend and ReRoPE, one for DCA and
 STRING) and a decoding step rotates its new query and key only; the logits are those of the old path (unrotated
 keys rotated again at every step) and of one forward over the whole sequence."""
@@ -11,8 +11,8 @@ from patch_models import build, cached_logits, random_ids
 from test_remap import METHODS, encoding, left_padded
 
 import hf_trajpe
-import hf_trajpe.patching.remap_attention as remap_attention
-import hf_trajpe.patching.remap_keys as remap_keys
+import hf_trajpe.patching.schemes.remap.kernels.blocks as blocks
+import hf_trajpe.patching.schemes.remap.keys as remap_keys
 from hf_trajpe.patching.state import MEMORY_ATTR
 
 #: method -> how many copies of each key the cache holds (the scheme's distinct key rotations)
@@ -78,7 +78,7 @@ def test_a_decoding_step_rotates_no_cached_key(monkeypatch, method):
         return real(x, *args, **kwargs)
 
     monkeypatch.setattr(remap_keys, "rotate", spy)
-    monkeypatch.setattr(remap_attention, "rotate", spy)
+    monkeypatch.setattr(blocks, "rotate", spy)
     prompt, new = 30, 4
     with hf_trajpe.patch(model, encoding(method), **METHODS[method]) as handle:
         regions = len(handle.state.scheme.regions(torch.zeros(1, 1), torch.zeros(1, 1)))

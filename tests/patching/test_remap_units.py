@@ -14,7 +14,7 @@ from remap_reference import DISTANCES, remap_reference_logits
 from test_remap import FAMILIES, TOL, left_padded
 
 import hf_trajpe
-from hf_trajpe.patching.units import advance, boundary_ids
+from hf_trajpe.patching.schemes.remap.units import advance, boundary_ids
 
 G, W = 3, 8
 #: frequent among the test ids (random_ids draws from 3..127): about one token in six ends a unit
@@ -182,7 +182,7 @@ def test_boundary_ids_from_a_tokenizer():
 
 def test_unit_names_resolve_to_the_tokenizers_ids():
     """As the evaluation commands read ``--patch 'name={"boundary_ids": ["line"], ...}'``."""
-    from hf_trajpe.patching.units import resolve_boundary_ids
+    from hf_trajpe.patching.schemes.remap.units import resolve_boundary_ids
 
     tok = _Tokenizer()
     named = {"encoding": "self_extend_units", "boundary_ids": "line"}

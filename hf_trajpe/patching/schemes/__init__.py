@@ -6,8 +6,7 @@ Import order is registration order, which is the order error messages and ``SUPP
 """
 
 from . import sinusoidal, rope, alibi, nope, learned, cope, trajectory  # noqa: F401, I001  (registers them, in this order)
-from . import self_extend, rerope, string, dca  # noqa: F401, I001  (remaps of the model's own rotary: remap.py)
-from . import self_extend_units  # noqa: F401, I001  (Self-Extend over units of meaning)
+from . import remap  # noqa: F401, I001  (the remaps of the model's own rotary: one plug-in package)
 from .encodings import NATIVE, declared_options, encoding_names, trajectory_base_names
 from .option import Option
 from .scheme import CONTRIBUTIONS, SCHEMES, Scheme, check_interpolation, get_scheme, register_scheme

@@ -12,7 +12,7 @@ What a scheme contributes (``contributes``):
 - ``"score"``: an additive modification of the attention scores computed from the queries and keys
   themselves, per layer (``score_bias``; CoPE),
 - ``"remap"``: the model's own rotation at positions that depend on the query-key pair, computed per
-  region inside attention (``remap.py``: Self-Extend, ReRoPE, dual chunk attention, STRING),
+  region inside attention (the ``remap`` package: Self-Extend, ReRoPE, dual chunk attention, STRING),
 - ``"nothing"``: no positional signal at all (NoPE).
 
 A scheme declares the options it reads (``options``: a tuple of :class:`~.option.Option`, with their
@@ -68,9 +68,12 @@ class Scheme(nn.Module):
     attention_implementations: ClassVar[tuple[str, ...]] = ("eager", "sdpa", "flex_attention")
     #: reads the model's own position table, whose rows are then the position limit
     reads_table: ClassVar[bool] = False
-    #: reads each forward's token ids (``observe``: Self-Extend over units, units.py), so the model must get
+    #: reads each forward's token ids (:meth:`read_units`: Self-Extend over units), so the model must get
     #: ``input_ids``
     reads_token_ids: ClassVar[bool] = False
+    #: computes the attention of the layers it runs on itself (:meth:`attends`, :meth:`attend`), and keeps its keys
+    #: in the KV cache in a form of its own (:meth:`rotate_new_keys`): the remaps
+    computes_attention: ClassVar[bool] = False
     #: some model families have it as their own encoding (what ``native`` runs), so its options go with
     #: ``native`` and with trajectory on the model's own scheme (checked once the model is known)
     model_own: ClassVar[bool] = False
@@ -109,6 +112,41 @@ class Scheme(nn.Module):
         """Its option values with what depends on the model settled (``sinusoid_scale="embeddings"``), at
         patch time, so a saved patch reloads with the same numbers. Default: as they are."""
         return values
+
+    @classmethod
+    def check_rope_types(cls, name: str, rope_types, rope_parameters) -> None:
+        """Refuse the model's rotary types (``rope_types``: its rotary module's ``rope_type``, a dict per layer
+        type in some models) with the ``rope_parameters`` given (or ``None``); ``name``: the scheme as the patch
+        runs it. Default: accept."""
+
+    @classmethod
+    def check_attention_modules(cls, name: str, attention: list[nn.Module]) -> None:
+        """Refuse a patch of every layer given the model's self-attention modules (a patch with ``layers`` is
+        checked against its own selection instead). Default: accept."""
+
+    # -- attention a scheme computes itself (``computes_attention``: the remaps) ---------------------
+    def attends(self, module: nn.Module) -> bool:
+        """Whether this scheme computes ``module``'s attention itself (:meth:`attend`); only asked where
+        ``computes_attention`` is true."""
+        return False
+
+    def attend(self, st, module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+               attention_mask: torch.Tensor | None, **kwargs) -> tuple[torch.Tensor, None]:
+        """The attention of ``module`` for the patch state ``st``, as transformers' attention functions return
+        it (``[b, n, h, d]`` and no weights)."""
+        raise NotImplementedError
+
+    def rotate_new_keys(self, st, keys: torch.Tensor, layer_idx: int) -> torch.Tensor:
+        """What the KV cache stores for this forward's new keys ``[b, g, n, d]`` of layer ``layer_idx``, for a
+        scheme that computes attention itself and keeps its keys rotated (cached_keys.py)."""
+        raise NotImplementedError
+
+    def read_units(self, previous, input_ids: torch.Tensor, rank: torch.Tensor, real: torch.Tensor):
+        """For a scheme that reads token ids (``reads_token_ids``): take in this forward's ``input_ids`` ``[b, n]``
+        (with each token's real rank and whether it is real) after ``previous`` (what the KV cache kept, or
+        ``None``), and return what the cache keeps next: an object with ``reorder(index)`` (beam search selects
+        rows)."""
+        raise NotImplementedError
 
     # -- contributions (the engine calls only the one matching ``contributes``) ---------------------
     def additive(self, positions: torch.Tensor, table: torch.Tensor | None) -> torch.Tensor:

@@ -1,5 +1,5 @@
 """Units of meaning of a token sequence (lines, sentences), for the content-aware Self-Extend
-(``schemes/self_extend_units.py``): per token, the rank of the start of its unit, snapped so that no unit spans
+(``self_extend_units.py``): per token, the rank of the start of its unit, snapped so that no unit spans
 more than ``G`` tokens, carried across the forwards of a generation on the KV cache.
 
 A unit starts at the first real token and after every boundary token (one whose text holds a line break or ends

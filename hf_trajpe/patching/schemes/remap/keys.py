@@ -1,4 +1,4 @@
-"""The rotations of a remap (``schemes/remap.py``) in one forward: the cos/sin of the positions at which each
+"""The rotations of a remap (``scheme.py``) in one forward: the cos/sin of the positions at which each
 region rotates its queries and each key rotation its keys, built once per forward and shared by all layers;
 the keys rotated for every key rotation as they enter the KV cache; and the rotated keys attention reads.
 
@@ -24,26 +24,11 @@ from __future__ import annotations
 
 import torch
 
-from ..encodings.rotary import rotary_cos_sin
-from .rotation import inference_tables, rotate_part
+from ....encodings.rotary import rotary_cos_sin
+from ...layer_frequencies import ROTARY_FREQUENCIES
+from ...rotation import inference_tables, rotate_part
 
-__all__ = ["ROTARY_FREQUENCIES", "RotatedKeys", "holds_rotated_keys", "key_tables", "layer_type_names",
-           "query_tables", "rotate", "rotate_new_keys"]
-
-#: ``Step.memo`` key (with the layer type, ``None`` for a rotary module with one set of frequencies) of the model's
-#: rotary frequencies ``(inv_freq, attention_scaling)`` in this forward, put there by the rotary stand-ins when the
-#: rotation runs inside attention at remapped positions
-ROTARY_FREQUENCIES = "rotary_frequencies"
-
-
-def layer_type_names(module) -> tuple[str | None, ...]:
-    """The names under which ``module``'s layer type may key its frequencies, where the rotary module keeps one set
-    per layer type: Gemma 3's ``layer_type``, OLMo 3's ``attention_type``, else ``config.layer_types[layer_idx]``."""
-    types = getattr(getattr(module, "config", None), "layer_types", None)
-    index = getattr(module, "layer_idx", None)
-    return (getattr(module, "layer_type", None), getattr(module, "attention_type", None),
-            types[index] if types is not None and isinstance(index, int) and index < len(types) else None)
-
+__all__ = ["RotatedKeys", "holds_rotated_keys", "key_tables", "query_tables", "rotate", "rotate_new_keys"]
 
 def _layer_type(names: tuple[str | None, ...], memo: dict) -> str | None:
     """The first of ``names`` whose frequencies this forward holds; ``None``: one set for every layer."""

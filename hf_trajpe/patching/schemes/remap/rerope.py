@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import torch
 
-from .option import Option, is_number
-from .remap import WINDOW, RemapScheme
-from .scheme import register_scheme
+from ..option import Option, is_number
+from ..scheme import register_scheme
+from .scheme import WINDOW, RemapScheme
 
 #: the reference code's window (512, for a model trained on 4096 positions) where ``window`` is not given
 DEFAULT_WINDOW = 512

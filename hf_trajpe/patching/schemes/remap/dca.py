@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import torch
 
-from .option import Option
-from .remap import LOCAL_WINDOW, RemapScheme, integer, rotation_length
-from .scheme import register_scheme
+from ..option import Option
+from ..scheme import register_scheme
+from .scheme import LOCAL_WINDOW, RemapScheme, integer, rotation_length
 
 
 @register_scheme

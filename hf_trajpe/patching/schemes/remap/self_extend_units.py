@@ -2,7 +2,7 @@
 
 Self-Extend (``self_extend.py``) rotates a far key at ``j // G`` and a far query at ``i // G + W - W // G``.
 Here the grouped position of a token ``t`` is ``s(t) // G``, where ``s(t)`` is the start of the unit holding
-``t``, snapped so that no unit spans more than ``G`` tokens (``patching/units.py``): every token of a unit of at
+``t``, snapped so that no unit spans more than ``G`` tokens (``units.py``): every token of a unit of at
 most ``G`` tokens shares one far position, and a far group is made of whole units. As ``t - G < s(t) <= t``,
 the average compression is Self-Extend's ``G`` and distances stay integers the model was trained on. Near pairs
 (``i - j < W``) keep their true distance, as in Self-Extend. With every token a boundary it is Self-Extend.
@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import torch
 
-from ..units import UnitMemory
-from .option import Option
-from .remap import WINDOW, RemapScheme
-from .scheme import register_scheme
+from ..option import Option
+from ..scheme import register_scheme
+from .scheme import WINDOW, RemapScheme
 from .self_extend import DEFAULT_WINDOW, GROUP_SIZE, SelfExtend
+from .units import UnitMemory, advance
 
 __all__ = ["SelfExtendUnits"]
 
@@ -48,17 +48,19 @@ class SelfExtendUnits(SelfExtend):
     name = "self_extend_units"
     default_window = DEFAULT_WINDOW
     options = (GROUP_SIZE, WINDOW, BOUNDARY_IDS, *RemapScheme.options)
-    reads_token_ids = True  # the state hands it the units of each forward's tokens (:meth:`observe`)
+    reads_token_ids = True  # the state hands it each forward's token ids (:meth:`read_units`)
 
     def __init__(self, plan) -> None:
         super().__init__(plan)
         self.register_buffer("boundaries", torch.tensor(plan.config.options["boundary_ids"], dtype=torch.int64),
                              persistent=False)
-        #: the units of the sequence being read, up to this forward's tokens (set by :meth:`observe`)
+        #: the units of the sequence being read, up to this forward's tokens (set by :meth:`read_units`)
         self.units: UnitMemory | None = None
 
-    def observe(self, units: UnitMemory) -> None:
-        self.units = units
+    def read_units(self, previous: UnitMemory | None, input_ids: torch.Tensor, rank: torch.Tensor,
+                   real: torch.Tensor) -> UnitMemory:
+        self.units = advance(previous, input_ids, rank, real, self.boundaries, self.group_size)
+        return self.units
 
     def _grouped(self, positions: torch.Tensor) -> torch.Tensor:
         if self.units is None:

@@ -6,16 +6,18 @@ pair ``(i, j)`` another relative distance than ``i - j``. Every one of them spli
 *regions* (a neighbour window and the rest; the chunks of DCA), and within a region the distance is
 ``f_q(i) - f_k(j)``: the query rotated at one position, the key at another. A scheme declares the regions
 (:meth:`RemapScheme.regions`: per region the positions at which queries and keys are rotated) and which
-region each pair falls in (:meth:`RemapScheme.region_index`); the attention (``patching/remap_attention.py``)
-computes the scores of each region and takes, per pair, the score of its region before one softmax.
+region each pair falls in (:meth:`RemapScheme.region_index`); the attention (attention.py, through a kernel of
+``kernels/``) computes the scores of each region and takes, per pair, the score of its region before one softmax.
 
 The model's own rotation is switched off (its rotary module gives the identity rotation), so attention sees
 unrotated queries and keys. A key's positions follow from its own position alone, so the KV cache stores each
-key rotated once per key rotation (``patching/remap_keys.py``) and a decoding step rotates its query only.
+key rotated once per key rotation (keys.py) and a decoding step rotates its query only.
 ``i`` and ``j`` are the ranks of the real tokens (from the attention mask, continuing after the KV cache), so a
 left-padded row equals the sequence alone.
 
-Every remap takes ``rope_parameters`` (the rotation it runs over, extended as for ``rope``), and its own options.
+Every remap takes ``rope_parameters`` (the rotation it runs over, extended as for ``rope``), ``kernel`` (which
+kernel computes its attention: ``kernels/``; not saved, as transformers does not save ``attn_implementation``),
+and its own options.
 Options that depend on the model (DCA's chunk size, STRING's shift: fractions of the trained length) default
 to ``None`` and are filled in by ``resolve_values`` when patching, so a saved patch holds the numbers it ran
 with. The trained length is that of the rotation: the extended length of ``rope_parameters`` when given, else
@@ -32,13 +34,18 @@ from collections.abc import Callable
 from typing import ClassVar
 
 import torch
+from torch import nn
 
-from ..rope_scaling import extended_length, trained_length
-from .option import Option
-from .rope import ROPE_PARAMETERS
-from .scheme import Scheme
+from ...rope_scaling import extended_length, trained_length
+from ..option import Option
+from ..rope import ROPE_PARAMETERS
+from ..scheme import Scheme
+from .attention import remap_attention
+from .checks import check_attention_modules, check_rope_types
+from .kernels import AUTO, KERNEL_NAMES
+from .keys import rotate_new_keys
 
-__all__ = ["LOCAL_WINDOW", "RemapScheme", "WINDOW", "integer", "rotation_length"]
+__all__ = ["KERNEL", "LOCAL_WINDOW", "RemapScheme", "WINDOW", "integer", "rotation_length"]
 
 
 def integer(name: str, minimum: int = 1, what: str = "", optional: bool = False) -> Callable[[object], int | None]:
@@ -69,6 +76,22 @@ LOCAL_WINDOW = Option(
     integer("local_window", minimum=0, what=" (the nearest positions kept for neighbours)", optional=True))
 
 
+def _kernel(value: object) -> str:
+    choices = (AUTO, *KERNEL_NAMES)
+    if value not in choices:
+        raise ValueError(f"kernel (remaps) must be one of {', '.join(map(repr, choices))} (auto: the first of the "
+                         f"kernel list that can run each input), got {value!r}")
+    return value
+
+
+#: which kernel computes a remap's attention (kernels/)
+KERNEL = Option(
+    "kernel", AUTO, "'auto', " + ", ".join(f"'{k}'" for k in KERNEL_NAMES),
+    "the remaps: which kernel computes the attention; auto: the first of cpu_fused (CPU, no autograd), flex "
+    "(CUDA), materialised (everything) that can run each input; one named is refused, with the reason, where it "
+    "cannot", _kernel, saved="no")
+
+
 def rotation_length(values: dict, model) -> int | None:
     """The length the rotation under a remap was trained for: that of the extension ``rope_parameters`` (in
     ``values``, resolved when patching), else the model's trained length; ``None`` when its config has none."""
@@ -82,15 +105,21 @@ class RemapScheme(Scheme):
     contributes = "remap"
     bidirectional = False
     #: the options every remap takes (each scheme adds its own before them)
-    options: ClassVar[tuple[Option, ...]] = (ROPE_PARAMETERS,)
+    options: ClassVar[tuple[Option, ...]] = (ROPE_PARAMETERS, KERNEL)
     #: ``window``'s value when the patch leaves it out, for a remap that takes the shared ``WINDOW`` option
     default_window: ClassVar[int | None] = None
     needs_key_positions = True
+    computes_attention = True
     attention_implementations = ("eager", "sdpa")
     attention_refusals: ClassVar[dict[str, str]] = {
         "flex_attention": "its scores come from several rotations of each query and key, selected per pair, which "
                           "a flex score_mod (one score from one rotated q and k) cannot compute",
     }
+
+    def __init__(self, plan) -> None:
+        super().__init__(plan)
+        #: the ``kernel`` option (kernels/)
+        self.kernel: str = plan.config.options.get("kernel", AUTO)
 
     @classmethod
     def check_values(cls, values: dict) -> dict:
@@ -114,7 +143,7 @@ class RemapScheme(Scheme):
         is rotated and ``[b, t]`` at which each key is rotated, from the real positions ``[b, n]`` and
         ``[b, t]`` (float32 ranks). Regions may return the same key tensor (rotated once). A key's positions
         must follow from its own position alone, elementwise (not from the queries, nor from the other keys):
-        the KV cache keeps each key rotated as it enters (remap_keys.py)."""
+        the KV cache keeps each key rotated as it enters (keys.py)."""
         raise NotImplementedError
 
     def query_rotations(self, query_positions: torch.Tensor) -> tuple[list[torch.Tensor], list[int]]:
@@ -136,66 +165,30 @@ class RemapScheme(Scheme):
         """The region of each pair, an integer tensor ``[b, n, t]``, from ``[b, n, 1]`` and ``[b, 1, t]``
         (float32 ranks). Pairs with ``j > i`` are masked anyway: any region. For a given key it must not
         decrease with the query position (farther pairs fall in later regions): the attention reads the regions
-        a block of queries meets from its smallest and largest position (remap_attention.py)."""
+        a block of queries meets from its smallest and largest position (kernels/cpu_fused.py); FlexAttention
+        calls it elementwise, on scalar positions (kernels/flex.py)."""
         raise NotImplementedError
+
+    @classmethod
+    def check_rope_types(cls, name: str, rope_types, rope_parameters) -> None:
+        check_rope_types(name, rope_types, rope_parameters)
+
+    @classmethod
+    def check_attention_modules(cls, name: str, attention: list[nn.Module]) -> None:
+        check_attention_modules(name, attention)
+
+    def attends(self, module: nn.Module) -> bool:
+        """A layer that rotates (SmolLM3's NoPE layers, ``use_rope`` false, stay without positions)."""
+        return bool(getattr(module, "use_rope", True))
+
+    def attend(self, st, module, query, key, value, attention_mask, **kwargs):
+        return remap_attention(st, module, query, key, value, attention_mask, **kwargs)
+
+    def rotate_new_keys(self, st, keys: torch.Tensor, layer_idx: int) -> torch.Tensor:
+        return rotate_new_keys(st, keys, layer_idx)
 
 
 def _key_indices(regions) -> list[int]:
     """Per region, the index of its key tensor among the distinct ones, in order of first use."""
     seen: dict[int, int] = {}
     return [seen.setdefault(id(keys), len(seen)) for _, keys in regions]
-
-
-def rotation_condition(attention_class: type):
-    """The condition (an ``ast`` expression) under which ``attention_class.forward`` applies its rotary (Cohere 2
-    and Flint rotate their sliding-window layers only, EXAONE 4 its sliding layers, AFMoE its local ones), or
-    ``None`` when it rotates unconditionally or the condition is ``self.use_rope`` (SmolLM3, Llama 4: read per
-    module at run time). A remap runs inside attention and does not run the model's code for it."""
-    import ast
-    import inspect
-    import textwrap
-
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(attention_class.forward)))
-    except (OSError, TypeError, SyntaxError):
-        return None
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.If):
-            continue
-        rotates = any(isinstance(call, ast.Call) and "rotary" in ast.unparse(call.func)
-                      for stmt in node.body for call in ast.walk(stmt))
-        if rotates and ast.unparse(node.test) != "self.use_rope":
-            return node.test
-    return None
-
-
-def evaluate_condition(condition, module) -> bool | None:
-    """``condition`` (from :func:`rotation_condition`) for one attention module, when it reads only the module's
-    attributes, constants, comparisons and ``and``/``or``/``not``; ``None`` when it reads anything else (an
-    argument of the forward, a call)."""
-    import ast
-
-    def value(node):
-        if isinstance(node, ast.Constant):
-            return node.value
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
-            if not hasattr(module, node.attr):
-                raise LookupError(node.attr)
-            return getattr(module, node.attr)
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-            return not value(node.operand)
-        if isinstance(node, ast.BoolOp):
-            parts = [bool(value(v)) for v in node.values]
-            return all(parts) if isinstance(node.op, ast.And) else any(parts)
-        if isinstance(node, ast.Compare) and len(node.ops) == 1:
-            left, right, op = value(node.left), value(node.comparators[0]), node.ops[0]
-            compare = {ast.Is: lambda a, b: a is b, ast.IsNot: lambda a, b: a is not b,
-                       ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b}.get(type(op))
-            if compare is not None:
-                return compare(left, right)
-        raise LookupError(ast.unparse(node))
-
-    try:
-        return bool(value(condition))
-    except LookupError:
-        return None

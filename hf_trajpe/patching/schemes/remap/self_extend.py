@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import torch
 
-from .option import Option
-from .remap import WINDOW, RemapScheme, integer
-from .scheme import register_scheme
+from ..option import Option
+from ..scheme import register_scheme
+from .scheme import WINDOW, RemapScheme, integer
 
 #: the reference code's window (``group_size_2``) where ``window`` is not given
 DEFAULT_WINDOW = 1024
