@@ -5,54 +5,21 @@ very same prompts. Each distinct model source is loaded once; each name that rea
 options, run and unpatched in turn (as :mod:`hf_trajpe.evaluation.long_context_run` does).
 
 A long run (a 16k prompt of SmolLM2 takes minutes on a CPU) saves each row as it is scored to a rows file
-(JSON lines: a header with what the rows depend on, then one row per line); run again with the same file, it
-takes the rows already there and generates only the rest. A file whose header disagrees (another dtype,
-another model or patch under a method's name) is refused rather than mixed.
+(:mod:`.rows`: a header with what defines the run, then one row per line); run again with the same file, it
+takes the rows already there and generates only the rest. Rows made in another dtype or seed, or by another
+model or patch under a method's name, are refused rather than mixed.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from .rows import RowsFile, read_rows_file, run_header
 from .runner import RulerTable, make_samples, prompt_key, run_ruler
 
 __all__ = ["evaluate_ruler", "read_rows_file"]
-
-
-def read_rows_file(path: Path, header: dict) -> dict[str, dict]:
-    """The rows of an earlier run saved at ``path`` by key (none when the file does not exist). Refuses a file
-    whose header gives another model, patch or dtype to a method of ``header``, or another seed. A last line
-    cut short by an interrupted write is dropped (and the file rewritten without it)."""
-    if not path.exists():
-        return {}
-    lines = path.read_text().splitlines()
-    records = []
-    for number, line in enumerate(lines):
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            if number < len(lines) - 1:
-                raise ValueError(f"{path}: line {number + 1} is not JSON; the rows file is damaged: move it away "
-                                 "to start the run afresh") from None
-            path.write_text("".join(f"{json.dumps(r)}\n" for r in records))  # the interrupted last write
-    if not records or "header" not in records[0]:
-        raise ValueError(f"{path} is not a RULER rows file (no header line); give another --out or move it away")
-    old = records[0]["header"]
-    clashes = [f"{key} {old.get(key)!r} -> {header[key]!r}" for key in ("precision", "seed")
-               if old.get(key) != header[key]]
-    for method, setting in header["methods"].items():
-        if method in old.get("methods", {}) and old["methods"][method] != setting:
-            clashes.append(f"method {method}: {old['methods'][method]} -> {setting}")
-    if clashes:
-        raise ValueError(f"{path} holds rows of another run ({'; '.join(clashes)}); give another --out, or move "
-                         "the file away to start afresh")
-    if set(header["methods"]) - set(old.get("methods", {})):  # a method added: the header names it from now on
-        records[0] = {"header": {**old, "methods": {**old.get("methods", {}), **header["methods"]}}}
-        path.write_text("".join(f"{json.dumps(r)}\n" for r in records))
-    return {prompt_key(r["method"], r): r for r in records[1:]}
 
 
 def evaluate_ruler(models: dict[str, str], patches: dict[str, dict] | None = None, tokenizer: str | None = None,
@@ -67,7 +34,7 @@ def evaluate_ruler(models: dict[str, str], patches: dict[str, dict] | None = Non
     from ...data import load_tokenizer
     from ...loading import load_model
     from ...patching import patch
-    from ...patching.units import resolve_boundary_ids
+    from ...patching.schemes.remap.units import resolve_boundary_ids
     from ...precision import resolve_dtype
 
     patches = patches or {}
@@ -83,19 +50,12 @@ def evaluate_ruler(models: dict[str, str], patches: dict[str, dict] | None = Non
     table = RulerTable(meta={"methods": [], "patches": patches, "precision": precision})
     done, save = {}, None
     if rows_file is not None:
-        rows_file = Path(rows_file)
-        header = {"precision": precision, "seed": seed,
-                  "methods": {n: {"model": str(s), "patch": patches.get(n)} for n, s in models.items()}}
-        done = read_rows_file(rows_file, header)
-        rows_file.parent.mkdir(parents=True, exist_ok=True)
-        if not rows_file.exists():
-            rows_file.write_text(json.dumps({"header": header}) + "\n")
+        # the dtype read in, not how it was chosen: a measured speed-up (in the table's meta) differs every run
+        rows = RowsFile(rows_file, run_header(precision["dtype"], seed, {
+            n: {"model": str(s), "patch": patches.get(n)} for n, s in models.items()}))
+        done, save = rows.read(), rows.append
         if done:
             print(f"RULER: {len(done)} rows taken from {rows_file}", file=sys.stderr, flush=True)
-
-        def save(row: dict) -> None:
-            with rows_file.open("a") as f:
-                f.write(json.dumps(row) + "\n")
     for source, names in by_source.items():
         todo = [n for n in names if not all(prompt_key(n, s) in done for s in prompts)]
         model = None
