@@ -434,6 +434,9 @@ class ExperimentConfig:
             if self.pose.chunks > self.data.block_size:
                 raise ConfigError(f"pose.chunks ({self.pose.chunks}) must be <= data.block_size "
                                   f"({self.data.block_size}): every chunk holds one token at least")
+            from .pose import check_pose_encoding
+
+            check_pose_encoding(self.encoding)  # what the config alone decides; the rest once the model is built
         if self.model.task == "mlm" and self.model.tokenizer == "byte":
             raise ConfigError("model.tokenizer: masked LM needs a tokenizer with [CLS]/[SEP]/[MASK] "
                               "(e.g. minilm), not 'byte'")

@@ -191,12 +191,9 @@ class Trainer(StopControl, RunReport, RunSaving):
         self.log(f"[hf_trajpe] rank {acc.process_index} of world size {acc.num_processes} "
                  f"({acc.distributed_type.value}, device {acc.device}, mixed precision {acc.mixed_precision})")
 
-        # data before the model: the data does not depend on the torch RNG, the model's init does
+        # the model before the data, so that what needs the model (the PoSE refusals) is said before the data is
+        # built; the seed right before the model: its init draws from the torch RNG, the data does not
         self.tokenizer = load_run_tokenizer(cfg.model)
-        self.data: RunData = (self._data if self._data is not None
-                              else build_run_data(cfg.data, self.tokenizer, cfg.model.task))
-        if self.data.loss_mask is not None and cfg.model.task != "clm":
-            raise ValueError("rows with a loss mask train a causal LM only (model.task: clm)")
         set_seed(cfg.seed)
         model, self.handle = build_model(cfg, self.tokenizer)
         if is_lora(model):
@@ -205,8 +202,12 @@ class Trainer(StopControl, RunReport, RunSaving):
             trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
             total = sum(p.numel() for p in model.parameters())
             self.log(f"[hf_trajpe] LoRA: {trainable:,} trainable parameters of {total:,}")
-        if cfg.pose is not None:  # refused before anything trains where position ids mean nothing
+        if cfg.pose is not None:  # refused before the data is built where position ids mean nothing
             check_pose_model(model, self.handle, cfg.pose.target_length)
+        self.data: RunData = (self._data if self._data is not None
+                              else build_run_data(cfg.data, self.tokenizer, cfg.model.task))
+        if self.data.loss_mask is not None and cfg.model.task != "clm":
+            raise ValueError("rows with a loss mask train a causal LM only (model.task: clm)")
         block = self.data.train.shape[1]
         check_context_parallel(self.cp, model, self.handle, task=cfg.model.task, length=block,
                                positions=cfg.pose.target_length if cfg.pose is not None else block,

@@ -196,6 +196,54 @@ def test_collator_adds_reproducible_ids_per_rank():
         PoSECollator(base, 8)(features)
 
 
+@pytest.mark.parametrize("option,value", [("chunks", 2.5), ("chunks", "2"), ("chunks", True), ("target_length", 48.0),
+                                          ("seed", 0.5), ("rank", "0")])
+def test_collator_options_that_are_not_integers_are_refused_by_name(option, value):
+    with pytest.raises(ValueError, match=f"^{option} must be an integer.*got {value!r}"):
+        PoSECollator(lambda f: f, **{"target_length": 48, option: value})
+
+
+def _stack(features):
+    return {"input_ids": torch.stack(features)}
+
+
+def loader_ids(collator, workers: int, epochs: int = 2, reseed: bool = False) -> list[torch.Tensor]:
+    """The ids of every batch of ``epochs`` passes over 5 batches of 2 rows (not a multiple of 2 workers);
+    ``reseed``: the torch RNG seeded alike before each pass (the workers' base seed repeats)."""
+    from torch.utils.data import DataLoader
+
+    rows = [torch.zeros(8, dtype=torch.long)] * 10
+    loader = DataLoader(rows, batch_size=2, collate_fn=collator, num_workers=workers,
+                        multiprocessing_context="fork" if workers else None)
+    out = []
+    for _ in range(epochs):
+        if reseed:
+            torch.manual_seed(0)
+        out.extend(batch["position_ids"] for batch in loader)
+    return out
+
+
+@pytest.mark.parametrize("reseed", [False, True])
+def test_a_loader_with_workers_draws_what_one_without_draws_epoch_after_epoch(reseed):
+    plain = loader_ids(PoSECollator(_stack, 64, seed=3, rank=0), 0)
+    assert all(torch.equal(ids, pose_batch(2, 8, 64, 2, pose_generator(3, 0, i))) for i, ids in enumerate(plain))
+    workers = loader_ids(PoSECollator(_stack, 64, seed=3, rank=0), 2, reseed=reseed)
+    assert len(workers) == len(plain) == 10
+    assert all(torch.equal(a, b) for a, b in zip(workers, plain, strict=True))  # the second epoch draws anew
+    assert len({tuple(ids.flatten().tolist()) for ids in workers}) == 10
+
+
+def test_a_copy_of_the_collator_counts_on_its_own():
+    import pickle
+
+    collator = PoSECollator(_stack, 64, seed=3, rank=0)
+    first = collator([torch.zeros(8, dtype=torch.long)] * 2)["position_ids"]
+    for twin in (copy.deepcopy(collator), pickle.loads(pickle.dumps(collator))):
+        assert not torch.equal(twin([torch.zeros(8, dtype=torch.long)] * 2)["position_ids"], first)  # batch 1
+    assert torch.equal(collator([torch.zeros(8, dtype=torch.long)] * 2)["position_ids"],
+                       pose_batch(2, 8, 64, 2, pose_generator(3, 0, 1)))  # the copies did not advance it
+
+
 BASE = {"output_dir": "x", "model": {"config": {"model_type": "gpt2", "n_layer": 1, "n_embd": 32, "n_head": 2}},
         "data": {"block_size": 64}}
 
@@ -226,7 +274,60 @@ def test_recipe_trains_with_pose_and_refuses_alibi(tmp_path):
     assert saved["pose"] == {"target_length": 512, "chunks": 3}
     refused = run_recipe(TINY, tmp_path / "alibi", "encoding.name=alibi", "train.max_steps=1",
                          "pose.target_length=512", check=False)
-    assert refused.returncode != 0 and "'alibi' encoding (bias) gets nothing" in refused.stdout + refused.stderr
+    assert refused.returncode == 2, refused.stderr  # a config error, said in one line
+    assert refused.stderr.strip().splitlines() == [refused.stderr.strip()]
+    assert refused.stderr.startswith("error: ") and "pose: PoSE trains on skipped position ids, and the 'alibi' " \
+        "encoding (bias) gets nothing" in refused.stderr
+
+
+BASE_POSE = {**BASE, "pose": {"target_length": 256}}
+
+
+@pytest.mark.parametrize("encoding,text", [
+    ({"name": "alibi"}, "'alibi' encoding \\(bias\\) gets nothing"),
+    ({"name": "none"}, "'none' encoding \\(nothing\\)"),
+    ({"name": "trajectory", "options": {"base": "alibi"}}, "'alibi' encoding \\(bias\\)"),
+    ({"name": "self_extend"}, "'self_extend' encoding \\(remap\\) gets nothing.*apply the remap to the tuned model"),
+    ({"layers": {"0": "rope", "1": "string"}}, "'string' encoding \\(remap\\) at encoding.layers.1 gets nothing"),
+    ({"layers": {"0": "alibi", "1": {"name": "none"}}}, "'alibi' encoding \\(bias\\)")])
+def test_what_the_config_alone_decides_is_refused_when_it_is_read(encoding, text):
+    with pytest.raises(ConfigError, match=f"^pose: PoSE trains on skipped position ids, and the {text}"):
+        config_from_dict({**BASE_POSE, "encoding": encoding})
+
+
+@pytest.mark.parametrize("encoding", [None, {"name": "native"}, {"name": "trajectory"}, {"layers": {"0": "native",
+                                                                                                      "1": "none"}}])
+def test_what_the_model_decides_passes_the_config(encoding):
+    config_from_dict({**BASE_POSE, "encoding": encoding})  # (checked against the model once it is built)
+
+
+def test_a_remap_inside_a_layer_map_is_refused_naming_its_layers():
+    from hf_trajpe.patching.layer_map import LayerMap
+
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+                                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128))
+    handle = hf_trajpe.patch(model, LayerMap.from_spec({"0-1": {"encoding": "self_extend", "group_size": 2,
+                                                                "window": 16}, "2": {"encoding": "rope"}}))
+    with pytest.raises(ConfigError, match="'self_extend' encoding \\(remap\\) on layers 0, 1 gets nothing"):
+        check_pose_model(model, handle, 256)
+
+
+def test_what_the_model_decides_is_refused_before_the_data_is_built(tmp_path, monkeypatch):
+    """A learned table shorter than the target (GPT-2's own, 256 rows): a one-line config error from the
+    trainer's setup, before any data is built."""
+    from hf_trajpe.training import load_config
+    from hf_trajpe.training import trainer as trainer_module
+
+    from .runs import FAST
+
+    def no_data(*args, **kwargs):
+        raise AssertionError("the data was built before the refusal")
+
+    monkeypatch.setattr(trainer_module, "build_run_data", no_data)
+    cfg = load_config(TINY, [f"output_dir={tmp_path / 'run'}", "train.device=cpu", *FAST, "pose.target_length=512"])
+    with pytest.raises(ConfigError, match=r"^pose.target_length \(512\) is past the position limit of the 'learned' "
+                                          r"encoding \(256 positions\)"):
+        trainer_module.Trainer(cfg).setup()
 
 
 @pytest.mark.slow
