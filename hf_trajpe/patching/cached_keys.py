@@ -35,10 +35,13 @@ import torch
 from .cache_room import append_in_place
 from .rotary_tables import rotate_new_keys
 
-__all__ = ["KEY_ROTATIONS", "PREPARE_ATTR", "is_prepared", "prepare_cache"]
+__all__ = ["KEY_ROTATIONS", "PREPARE_ATTR", "READERS_ATTR", "claim_cache", "is_prepared", "prepare_cache"]
 
 #: attribute of a cache object: ``{layer_idx: weak reference to the state whose forwards prepare that layer's keys}``
 PREPARE_ATTR = "_hf_trajpe_prepare"
+#: attribute of a cache object: ``{memory key: (weak reference to the state, its description)}`` of the patches
+#: whose positions the cache holds (:func:`claim_cache`)
+READERS_ATTR = "_hf_trajpe_readers"
 #: the kind of a scheme (``Scheme.contributes``) -> the keys its layer stores for this forward's new keys
 #: ``[b, g, n, d]``: ``(state, keys, layer_idx) -> keys to store``. RoPE inside attention stores them rotated at
 #: their positions; a scheme that computes attention itself says what it stores (``Scheme.rotate_new_keys``: a
@@ -48,8 +51,12 @@ KEY_ROTATIONS = {"rotary": rotate_new_keys}
 
 def _prepared_update(cache, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
     """The cache's ``update``, rotating ``key_states`` ``[b, g, n, d]`` first when a patched forward that
-    prepares this cache is running and the layer is one of its attention layers."""
+    prepares this cache is running and the layer is one of its attention layers; refused when the cache holds a
+    patch's positions and no forward of that patch is running (:func:`claim_cache`)."""
     stock = type(cache).update
+    readers = cache.__dict__.get(READERS_ATTR)
+    if readers:
+        _check_reader(readers)
     ref = cache.__dict__.get(PREPARE_ATTR, {}).get(layer_idx)
     state = ref() if ref is not None else None
     step = state.step if state is not None else None
@@ -62,6 +69,30 @@ def _prepared_update(cache, key_states: torch.Tensor, value_states: torch.Tensor
     keys, values = grown if grown is not None else stock(cache, stored, value_states, layer_idx, *args, **kwargs)
     step.prepared_keys[id(keys)] = keys
     return keys, values
+
+
+def claim_cache(cache, state) -> None:
+    """``state``'s patch fills or continues ``cache``: from now on only forwards of the patches that claimed it may
+    add to it. The cache holds that patch's positions (and a remap's keys rotated for it): the stock model after
+    ``unpatch()``, or another model, would read them as its own, silently wrong or failing deep inside attention."""
+    if not callable(getattr(type(cache), "update", None)):
+        return
+    cache.__dict__.setdefault(READERS_ATTR, {})[state.memory_key] = (weakref.ref(state), state.describe())
+    if "update" not in cache.__dict__:
+        cache.update = types.MethodType(_prepared_update, cache)
+
+
+def _check_reader(readers: dict) -> None:
+    """Refuse an update of a claimed cache outside a forward of a patch that claimed it."""
+    for ref, _ in readers.values():
+        state = ref()
+        if state is not None and state.guard.held():
+            return
+    patches = "; ".join(dict.fromkeys(described for _, described in readers.values()))
+    raise RuntimeError(
+        f"this KV cache was filled by a model patched with {patches} and holds that patch's positions, which "
+        "this forward (the model after unpatch(), or another model) would read as its own; start generation again "
+        "from this model as it is now, or pass no cache")
 
 
 def prepare_cache(state, cache) -> bool:

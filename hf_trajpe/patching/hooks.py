@@ -8,8 +8,9 @@ non-unit steps in top-level ``position_ids`` as packed sequences (docs/notes.md)
 selection hand it the integer ranks of the real tokens (where the caller gave none), which the layers they
 leave alone rotate by with the model's own rotary module.
 
-The post-hook stores what the next decoding step needs on the returned cache object, and teaches the
-cache to reorder it with its rows (beam search).
+The post-hook stores what the next decoding step needs on the returned cache object, claims the cache for the
+patch (no other reader may add to it: cached_keys.py), and teaches the cache to carry that memory along when
+its rows are reordered, selected or repeated, or its newest tokens cropped.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import torch
 from torch import nn
 
 from ..compat import cache_from_kwargs, output_cache
+from .cached_keys import claim_cache
 from .checkpointing import CheckpointSwitch
 from .sources import real_ranks
 from .state import MEMORY_ATTR, DecodingMemory, PatchState
@@ -118,9 +120,10 @@ def make_post_hook(states: list[PatchState], switch: CheckpointSwitch) -> Callab
                 for st in states:
                     if st.pending is not None:
                         cache.__dict__[st.memory_key] = st.pending
+                        claim_cache(cache, st)
                         stored = True
-                if stored and "reorder_cache" not in cache.__dict__ and hasattr(type(cache), "reorder_cache"):
-                    cache.reorder_cache = _reordering(cache)
+                if stored:
+                    _follow_rows(cache)
         finally:
             switch.end()
             for st in states:
@@ -134,14 +137,45 @@ def make_post_hook(states: list[PatchState], switch: CheckpointSwitch) -> Callab
     return post_hook
 
 
-def _reordering(cache) -> Callable:
-    """Beam search reorders the cache rows; reorder our decoding memory (of every patch) with them."""
-    stock = type(cache).reorder_cache
+def _memories(cache) -> list[str]:
+    return [k for k in cache.__dict__ if k.startswith(MEMORY_ATTR)]
 
-    def reorder_cache(beam_idx: torch.LongTensor) -> None:
-        stock(cache, beam_idx)
-        for key in [k for k in cache.__dict__ if k.startswith(MEMORY_ATTR)]:
-            mem: DecodingMemory = cache.__dict__[key]
-            cache.__dict__[key] = mem.reorder(beam_idx.to(mem.num_real.device))
 
-    return reorder_cache
+def _follow_rows(cache) -> None:
+    """Teach ``cache`` to carry our decoding memory (of every patch) along when its rows or length change through
+    its own methods, as transformers calls them: ``reorder_cache`` (beam search), ``batch_select_indices`` and
+    ``batch_repeat_interleave`` (a served batch, several return sequences), ``crop`` (assisted generation and prompt
+    lookup after rejected draft tokens). Bound on the instance, once."""
+    cls = type(cache)
+
+    def rows(stock: Callable, index: Callable) -> Callable:
+        def method(*args, **kwargs):
+            batch = {k: cache.__dict__[k].num_real.shape[0] for k in _memories(cache)}
+            stock(cache, *args, **kwargs)
+            for key, b in batch.items():
+                mem: DecodingMemory = cache.__dict__[key]
+                cache.__dict__[key] = mem.reorder(index(b, *args, **kwargs).to(mem.num_real.device))
+
+        return method
+
+    def selected(b: int, indices, *args, **kwargs) -> torch.Tensor:
+        idx = torch.as_tensor(indices)
+        return idx.nonzero().flatten() if idx.dtype == torch.bool else idx.long().flatten()
+
+    def repeated(b: int, repeats: int, *args, **kwargs) -> torch.Tensor:
+        return torch.arange(b).repeat_interleave(int(repeats))
+
+    def crop(*args, **kwargs) -> None:
+        before = int(cache.get_seq_length())
+        cls.crop(cache, *args, **kwargs)
+        removed = before - int(cache.get_seq_length())
+        for key in _memories(cache):
+            cache.__dict__[key] = cache.__dict__[key].crop(removed)
+
+    methods = {"reorder_cache": (lambda: rows(cls.reorder_cache, selected)),
+               "batch_select_indices": (lambda: rows(cls.batch_select_indices, selected)),
+               "batch_repeat_interleave": (lambda: rows(cls.batch_repeat_interleave, repeated)),
+               "crop": (lambda: crop)}
+    for name, make in methods.items():
+        if name not in cache.__dict__ and callable(getattr(cls, name, None)):
+            cache.__dict__[name] = make()

@@ -21,7 +21,7 @@ from torch import nn
 
 from ..cache import DisplacementCache
 from ..encodings.trajectory import TrajectoryPast
-from .cached_keys import prepare_cache
+from .cached_keys import claim_cache, prepare_cache
 from .guard import ForwardGuard
 from .plan import PatchPlan, plan_strength
 from .schemes import get_scheme
@@ -59,16 +59,42 @@ class DecodingMemory:
     #: what a scheme that reads token ids kept of them so far (``Scheme.read_units``: the units of meaning of
     #: Self-Extend over units); ``None``: none
     units: object | None = None
+    #: the patch (its description) that filled the cache: any other reader is refused by name
+    filled_by: str | None = None
+    #: why the next forward cannot continue from this memory (a crop that the trajectory positions or the units of
+    #: meaning cannot follow: they depend on every earlier token); ``None``: it can
+    stale: str | None = None
 
     def reorder(self, idx: torch.Tensor) -> DecodingMemory:
-        """Select rows, as beam search reorders its cache."""
+        """Select rows ``idx`` (long ``[b']``), as beam search reorders its cache and ``batch_select_indices`` and
+        ``batch_repeat_interleave`` select and repeat its rows."""
         return DecodingMemory(
             self.num_real.index_select(0, idx),
             None if self.key_positions is None else self.key_positions.index_select(0, idx),
             None if self.trajectory is None else self.trajectory.reorder(idx),
             self.prepared,
             None if self.units is None else self.units.reorder(idx),
+            self.filled_by,
+            self.stale,
         )
+
+    def crop(self, removed: int) -> DecodingMemory:
+        """The memory after the cache dropped its newest ``removed`` tokens (``DynamicCache.crop``: assisted
+        generation and prompt lookup after rejected draft tokens, or a caller regenerating an answer). The dropped
+        tokens are the newest of every row, so they are real tokens (left padding), and each row's count of real
+        tokens drops by as many. Ranks and key positions follow exactly; trajectory positions and units of meaning
+        depend on every earlier token and cannot be taken back: the next forward is refused instead."""
+        if removed <= 0:
+            return self
+        kept = None if self.key_positions is None else self.key_positions[:, :max(0, self.key_positions.shape[1]
+                                                                                      - removed)]
+        stale = self.stale
+        if self.trajectory is not None:
+            stale = "trajectory positions"
+        elif self.units is not None:
+            stale = "units of meaning"
+        return DecodingMemory((self.num_real - removed).clamp_(min=0), kept, self.trajectory, self.prepared,
+                              self.units, self.filled_by, stale)
 
 
 class Step:
@@ -272,7 +298,10 @@ class PatchState(nn.Module):
         return getattr(self.source, "auto_alpha", None)
 
     def describe(self) -> str:
-        return self.plan.describe()
+        described = self.__dict__.get("_described")
+        if described is None:  # (the plan is immutable; every forward with a cache asks)
+            described = self.__dict__["_described"] = self.plan.describe()
+        return described
 
     def extra_repr(self) -> str:
         return self.describe()
@@ -312,11 +341,8 @@ class PatchState(nn.Module):
                             "its positions; start generation from the patched model (or pass no cache)"
                         )
                     memory = DecodingMemory(torch.full((b,), past_len, dtype=torch.int64, device=device), None, None)
-                elif memory.num_real.shape[0] != b:
-                    raise RuntimeError(
-                        f"the KV cache holds hf_trajpe state for batch {memory.num_real.shape[0]}, the input has "
-                        f"batch {b}; expand or select the cache rows with the model's own generate()"
-                    )
+                else:
+                    self._check_memory(memory, b)
         if n == 0:
             raise ValueError("the input has no tokens (sequence length 0); give at least one token per sequence")
         limit = self.plan.max_positions
@@ -348,15 +374,18 @@ class PatchState(nn.Module):
             key_positions = positions
             if memory is not None:
                 key_positions = torch.cat((memory.key_positions, positions), dim=1)
-        if memory is not None and memory.prepared and self.computes_attention:
-            self._check_rotated_for(memory.prepared)
         prepare = (self.cache_layers and past_key_values is not None and (memory is None or memory.prepared)
                    and prepare_cache(self, past_key_values))  # (memory is None: nothing cached yet)
         units = self._read_units(input_ids, mask, memory, b, n, device)
         self.step = Step(positions, key_positions, memory.num_real if memory is not None else None,
                          past_key_values if prepare else None)
-        self.pending = (DecodingMemory(num_real, key_positions, past, self.describe() if prepare else None, units)
-                        if use_cache else None)
+        if use_cache:
+            mine = self.describe()
+            self.pending = DecodingMemory(num_real, key_positions, past, mine if prepare else None, units, mine)
+        else:
+            self.pending = None
+        if past_key_values is not None and memory is not None and memory.filled_by is not None:
+            claim_cache(past_key_values, self)  # (this patch reads it now: the cache's update lets it through)
 
     def _read_units(self, input_ids, mask, memory: DecodingMemory | None, b: int, n: int, device) -> object | None:
         """For a scheme that reads token ids (``Scheme.read_units``): hand it this forward's, after what the KV
@@ -370,14 +399,29 @@ class PatchState(nn.Module):
         rank, real = real_ranks(mask, past_real, b, n, device)
         return self.scheme.read_units(memory.units if memory is not None else None, input_ids.to(device), rank, real)
 
-    def _check_rotated_for(self, patch: str) -> None:
-        """A remap's KV cache holds its keys rotated at the positions of that remap: refuse one filled by another
-        patch (``patch``: its description)."""
-        if patch != self.describe():
+    def _check_memory(self, memory: DecodingMemory, b: int) -> None:
+        """Refuse a KV cache this patch cannot continue: filled by another patch (its positions, and a remap's keys
+        rotated at that remap's positions, are another's), cropped where the positions cannot follow, or of
+        another batch size."""
+        mine = self.describe()
+        if memory.filled_by is not None and memory.filled_by != mine:
+            rotated = " and its keys rotated for it" if memory.prepared else ""
             raise RuntimeError(
-                f"this KV cache holds keys rotated for {patch}, not for {self.describe()} (a remap's cache keeps "
-                "its keys rotated at that remap's positions); start generation again from this patched model, or "
-                "pass no cache")
+                f"this KV cache was filled by a model patched with {memory.filled_by} (it holds that patch's "
+                f"positions{rotated}), not with {mine}; start generation again from this patched model, or pass "
+                "no cache")
+        if memory.stale is not None:
+            raise RuntimeError(
+                f"this KV cache was cropped (cache.crop: assisted generation, prompt lookup, or by hand) after "
+                f"{mine} filled it, and its {memory.stale} depend on every earlier token, so they cannot be taken "
+                "back; generate again from the prompt (without assistant_model or prompt_lookup_num_tokens)")
+        if memory.num_real.shape[0] != b:
+            raise RuntimeError(
+                f"the KV cache holds hf_trajpe positions for batch {memory.num_real.shape[0]}, the input has batch "
+                f"{b}; select or repeat the cache's rows with its own methods, which carry the positions along: "
+                "for k beams or sequences per prompt from a prefilled cache, cache.batch_repeat_interleave(k) "
+                "before generate() (which does not expand a prefilled cache, for transformers' own models either), "
+                "else cache.batch_select_indices(rows)")
 
     def _skips(self, b: int, n: int, memory, positions: torch.Tensor) -> torch.Tensor:
         """The PoSE skips of this forward, checked: training windows only, one skip per token."""

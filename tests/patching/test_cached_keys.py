@@ -99,8 +99,9 @@ def test_prepared_keys_with_layer_selections_and_partial_rotary(family, patches)
 
 
 def test_a_prepared_cache_rotates_nothing_after_the_forward():
-    """The cache's wrapper acts only during the patched forward that prepared it: a stock forward (after
-    ``unpatch``) on that cache stores its keys as given, and the state keeps no cache tensors alive."""
+    """The cache's wrapper acts only during the patched forward that prepared it, and the state keeps no cache
+    tensors alive; after ``unpatch`` the stock model adding to that cache (which holds the patch's rotated keys) is
+    refused by name."""
     from transformers import DynamicCache
 
     model = build("gpt2")
@@ -113,5 +114,6 @@ def test_a_prepared_cache_rotates_nothing_after_the_forward():
     handle.unpatch()
     before = cache.layers[0].keys.clone()
     key = torch.randn(1, model.config.n_head, 1, model.config.n_embd // model.config.n_head)
-    keys, _ = cache.update(key, torch.zeros_like(key), 0)
-    assert torch.equal(keys[:, :, :5], before) and torch.equal(keys[:, :, 5:], key)
+    with pytest.raises(RuntimeError, match=r"filled by a model patched with rope.*after unpatch\(\)"):
+        cache.update(key, torch.zeros_like(key), 0)
+    assert torch.equal(cache.layers[0].keys, before)

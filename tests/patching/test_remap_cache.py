@@ -123,7 +123,8 @@ def test_a_cache_filled_by_another_remap_is_refused():
     with torch.no_grad():
         with hf_trajpe.patch(model, "self_extend", **METHODS["self_extend"]):
             model(input_ids=ids[:, :20], past_key_values=cache, use_cache=True)
-        refused = pytest.raises(RuntimeError, match=r"rotated for self_extend.*start generation again")
+        refused = pytest.raises(RuntimeError, match=r"filled by a model patched with self_extend .*keys rotated "
+                                                  r"for it\), not with dca.*start generation again")
         with hf_trajpe.patch(model, "dca", **METHODS["dca"]), refused:
             model(input_ids=ids[:, 20:21], past_key_values=cache, use_cache=True)
 
