@@ -119,7 +119,8 @@ class PatchConfig:
     def scheme_options(self) -> dict:
         """The options the saved file keeps in its ``scheme_options`` object (``npos_max`` of ``cope``)."""
         declared = declared_options()
-        return {k: v for k, v in self._options.items() if declared[k].saved == "scheme_options"}
+        return {k: v for k, v in self._options.items() if declared[k].saved == "scheme_options"
+                or (declared[k].saved == "scheme_options_if_set" and declared[k].is_set(v))}
 
     def __getattr__(self, name: str):
         # a declared option: its value, or its default where this encoding does not take it

@@ -17,7 +17,7 @@ from .config import PatchConfig
 from .families import FamilyAdapter, adapter_for
 from .families.structure import rotary_frequencies
 from .layers import describe_layers, resolve_selection
-from .rope_scaling import RopeScaling, resolve_rope_parameters
+from .rope_scaling import RopeScaling, extended_length, resolve_rope_parameters, trained_length
 from .schemes import check_interpolation, get_scheme
 from .schemes.encodings import NATIVE, refuse_undeclared
 from .schemes.source import SOURCES
@@ -98,6 +98,9 @@ class PatchPlan:
     rope_scaling: RopeScaling | None = None
     layers: tuple[int, ...] | None = None
     rotary_width: int | None = None
+    #: the length the model's rotation was trained for (that of ``rope_scaling`` when given; ``None``: its config
+    #: has none), for schemes whose behaviour depends on it at run time
+    trained_length: int | None = None
 
     @property
     def key_positions(self) -> bool:
@@ -256,6 +259,8 @@ def resolve_plan(config: PatchConfig, model: nn.Module) -> PatchPlan:
         sinusoid_scale=float(config.sinusoid_scale), rope_theta=rope_theta,
         head_dim=head_dim, attention_modules=len(attention) if layers is None else len(layers),
         rope_scaling=scaling, layers=layers, rotary_width=rotary_width,
+        trained_length=(trained_length(model_config) if scaling is None
+                        else extended_length(scaling.given, model_config)),
     )
     scheme_cls.check_model(plan)
     return plan

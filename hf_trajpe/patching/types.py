@@ -27,6 +27,7 @@ class PlanView(Protocol):
     table_offset: int
     sinusoid_scale: Any
     rope_scaling: Any  # the resolved rope_parameters extension (rope_scaling.RopeScaling) or None
+    trained_length: int | None  # the rotation's trained length (rope_scaling's when given)
 
 
 class StepState(Protocol):

@@ -155,7 +155,7 @@ def options_table() -> str:
     """The options every registered scheme and source declares, as the Markdown table of docs/patching.md
     ("Options per scheme"; a test keeps the two the same)."""
     where = {"scheme_options": "`scheme_options`", "top": "top level", "top_if_set": "top level, when set",
-             "no": "not saved"}
+             "scheme_options_if_set": "`scheme_options`, when set", "no": "not saved"}
     rows = ["| option | declared by (taken by) | values | default | saved | what it does |",
             "|---|---|---|---|---|---|"]
     for name, option in declared_options().items():

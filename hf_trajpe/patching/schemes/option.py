@@ -14,6 +14,9 @@ Where ``hf_trajpe_config.json`` keeps a value (``saved``):
   of format 1, whose files have always carried them),
 - ``"top_if_set"``: a top-level key when not ``None`` (options that joined format 1 later, left out when unset
   so that older files stay as they were),
+- ``"scheme_options_if_set"``: inside ``scheme_options`` when it differs from its default (an option that joined
+  a scheme later, left out at its default so that the files and patch descriptions written before it stay as
+  they were),
 - ``"no"``: not saved (a reload gets the default).
 
 Top-level keys are a closed set (:data:`TOP_LEVEL_KEYS`, in the order files have always been written): a new
@@ -30,7 +33,7 @@ from typing import Any
 __all__ = ["Option", "SAVED", "TOP_LEVEL_KEYS", "declare_options", "boolean", "is_number"]
 
 #: where the saved file keeps an option's value (module docstring)
-SAVED = ("scheme_options", "top", "top_if_set", "no")
+SAVED = ("scheme_options", "top", "top_if_set", "scheme_options_if_set", "no")
 #: the top-level keys of ``hf_trajpe_config.json``, in the order they are written (``encoding``, ``max_positions``,
 #: ``layers`` and ``version`` are ``PatchConfig``'s own; the others are options saved ``top`` or ``top_if_set``)
 TOP_LEVEL_KEYS = ("encoding", "base", "strength", "learnable_strength", "beta", "interpolation", "detach", "cache",

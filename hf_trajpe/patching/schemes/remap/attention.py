@@ -43,10 +43,22 @@ def remap_attention(st, module, query: torch.Tensor, key: torch.Tensor, value: t
         scaling = getattr(module, "scaling", None) or d ** -0.5
     names = layer_type_names(module)
     tables, which, query_positions = query_tables(st, names, query.dtype, query.device)
+    key_positions = st.step.key_positions[:, -t:].to(query.device)
+    scale = _score_scale(st, key_positions)
+    if scale is not None:  # (a factor on every score of a row: on its queries, before the rotation, which is linear)
+        query = query * scale.to(device=query.device, dtype=query.dtype)[:, None, None, None]
     call = RemapCall(st, module, query, key, value, attention_mask, scaling, dropout, softcap,
                      kwargs.get("s_aux"),  # a learned logit per head in every softmax (gpt-oss), its weight dropped
-                     tables, which, query_positions, st.step.key_positions[:, -t:].to(query.device), names,
-                     holds_rotated_keys(st, module))
+                     tables, which, query_positions, key_positions, names, holds_rotated_keys(st, module))
     kernel = choose_kernel(st.scheme.kernel, call)
     st.__dict__["kernel_used"] = kernel.name  # (PatchState.kernel_used, without nn.Module's checks: per layer and step)
     return kernel.run(call).transpose(1, 2).contiguous(), None
+
+
+def _score_scale(st, key_positions: torch.Tensor) -> torch.Tensor | None:
+    """The scheme's factor on the scores of each row (``RemapScheme.score_scale``), once per forward."""
+    memo = st.step.memo
+    memo_key = ("remap_score_scale", key_positions.shape[1])
+    if memo_key not in memo:
+        memo[memo_key] = st.scheme.score_scale(key_positions)
+    return memo[memo_key]

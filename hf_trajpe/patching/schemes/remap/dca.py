@@ -12,15 +12,30 @@ is rotated at its place in its chunk, ``j mod c``. The query's position depends 
 No distance exceeds ``chunk_size``, which must therefore not exceed the trained length. Defaults as the
 reference code: ``chunk_size`` three quarters of the trained length, ``local_window`` an eighth of it. A
 sequence no longer than ``chunk_size`` gets its true distances (the stock model).
+
+``log_scale`` (off by default, the paper's method): the reference code also multiplies cos and sin by
+``1 + c ln(n / P)`` once a sequence of ``n`` tokens is longer than the trained length ``P`` (``c = 0.05``, its
+``get_mscale``), so every score by the square of that (a temperature, as YaRN's). Here ``n`` is each row's count
+of real tokens, read so far, so a padded row equals the sequence alone and cached decoding equals one forward over
+the whole sequence; the reference's cached keys keep the factor of the length at which they entered the cache,
+and its tables keep the largest factor seen until they are rebuilt.
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
 
-from ..option import Option
+from ..option import Option, is_number
 from ..scheme import register_scheme
 from .scheme import LOCAL_WINDOW, RemapScheme, integer, rotation_length
+
+
+def _log_scale(value: object) -> float:
+    if not is_number(value) or value < 0 or not math.isfinite(value):
+        raise ValueError(f"log_scale (dca) must be a number >= 0 (0: off; the reference code's 0.05), got {value!r}")
+    return float(value)
 
 
 @register_scheme
@@ -33,6 +48,10 @@ class DualChunk(RemapScheme):
                "quarters of the trained length (of rope_parameters' extension when given)",
                integer("chunk_size (dca)", minimum=2, what=" (the largest relative position used)", optional=True)),
         LOCAL_WINDOW,
+        Option("log_scale", 0.0, "number >= 0",
+               "dca: scores of a sequence of n tokens past the trained length P are multiplied by (1 + log_scale "
+               "ln(n / P))^2, as the reference code's cos/sin (its 0.05); 0: off, the paper's method",
+               _log_scale, saved="scheme_options_if_set"),
         *RemapScheme.options,
     )
 
@@ -47,6 +66,9 @@ class DualChunk(RemapScheme):
     @classmethod
     def resolve_values(cls, values: dict, model) -> dict:
         length = rotation_length(values, model)
+        if values.get("log_scale") and length is None:
+            raise ValueError("log_scale (dca) scales past the trained length, and this model's config has no "
+                             "max_position_embeddings; give rope_parameters with original_max_position_embeddings")
         size, window = values["chunk_size"], values["local_window"]
         if length is None:
             if size is None or window is None:
@@ -66,6 +88,17 @@ class DualChunk(RemapScheme):
         options = plan.config.options
         self.chunk_size, self.local_window = int(options["chunk_size"]), int(options["local_window"])
         self.chunk = self.chunk_size - self.local_window
+        self.log_scale = float(options.get("log_scale") or 0.0)
+        self.trained = plan.trained_length
+
+    def score_scale(self, key_positions: torch.Tensor) -> torch.Tensor | None:
+        """``(1 + c ln(n / P))^2`` per row (1 up to ``P``), ``n`` the row's real tokens so far (``[b, t]`` ranks:
+        its last key's rank + 1); ``None`` when off."""
+        if not self.log_scale:
+            return None
+        n = key_positions[:, -1].to(torch.float64) + 1
+        factor = 1 + self.log_scale * torch.log(torch.clamp(n / self.trained, min=1.0))
+        return (factor * factor).to(torch.float32)
 
     def regions(self, query_positions, key_positions):
         c, size = self.chunk, float(self.chunk_size)
@@ -82,4 +115,6 @@ class DualChunk(RemapScheme):
         return apart.clamp(0, 2).to(torch.int8)
 
     def extra_repr(self) -> str:
-        return f"{self.name}, chunk_size={self.chunk_size}, local_window={self.local_window}"
+        scale = f", log_scale={self.log_scale:g}" if self.log_scale else ""
+        return f"{self.name}, chunk_size={self.chunk_size}, local_window={self.local_window}{scale}"
+

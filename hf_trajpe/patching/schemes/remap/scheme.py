@@ -169,6 +169,11 @@ class RemapScheme(Scheme):
         calls it elementwise, on scalar positions (kernels/flex.py)."""
         raise NotImplementedError
 
+    def score_scale(self, key_positions: torch.Tensor) -> torch.Tensor | None:
+        """A factor per row ``[b]`` on every score of a forward whose keys are at ``key_positions`` ``[b, t]`` (a
+        temperature: DCA's ``log_scale``), or ``None`` for none."""
+        return None
+
     @classmethod
     def check_rope_types(cls, name: str, rope_types, rope_parameters) -> None:
         check_rope_types(name, rope_types, rope_parameters)

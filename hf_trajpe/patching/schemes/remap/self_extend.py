@@ -6,8 +6,9 @@ positions, the key at ``j // G`` and the query at ``i // G + W - W // G`` (``G =
 so its distance is at least ``W - W // G`` plus the grouped distance, and a sequence of length ``n`` addresses
 positions below ``(n - 1) // G + W - W // G``: ``G`` times the trained length, less the window's share.
 
-The reference code shifts the grouped query by ``W - W / G`` (true division); with a window that is a
-multiple of the group size, as in its examples (1024 and 8), the two agree. Its optional log-scaling of the
+The reference code first shifted the grouped query by ``W - W / G`` (true division) and changed it to
+``W - W // G`` in its commit 715c1e3, as here; with a window that is a multiple of the group size, as in its
+examples (1024 and 8), the two agree. Its optional log-scaling of the
 queries is not part of the method and not applied here.
 """
 
