@@ -69,6 +69,7 @@ def _names(given: list[str] | None, known: list[str], what: str) -> None:
 def run_ruler_command(args: argparse.Namespace, models: dict[str, str], patches: dict[str, dict]) -> int:
     from ..evaluation.ruler import haystack_names, task_names
     from ..evaluation.ruler.methods import evaluate_ruler
+    from ..evaluation.ruler.processes import launched
     from ..evaluation.ruler.report import write_ruler_report
     from ..evaluation.ruler.runner import QUICK
 
@@ -79,10 +80,13 @@ def run_ruler_command(args: argparse.Namespace, models: dict[str, str], patches:
         tasks, haystacks = tasks or QUICK["tasks"], haystacks or QUICK["haystacks"]
         samples = args.samples or QUICK_SAMPLES
     baseline = args.baseline or next(iter(models))
+    processes = launched()
     table = evaluate_ruler(models, patches, tokenizer=args.tokenizer, tasks=tasks,
                            lengths=args.ruler_lengths or [args.long_context], samples=samples, haystacks=haystacks,
                            seed=args.data_seed, progress=not args.no_progress, dtype=args.dtype,
-                           rows_file=Path(args.out) / ROWS_FILE)
+                           rows_file=Path(args.out) / ROWS_FILE, processes=processes)
+    if not processes.main:  # spread over processes (accelerate launch): the main one reports, once
+        return 0
     paths = write_ruler_report(table, args.out, baseline=baseline, reference_length=args.reference_length,
                                ratio=args.effective_ratio, n_resamples=args.bootstrap)
     print(paths["md"].read_text())

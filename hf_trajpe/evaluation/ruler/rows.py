@@ -13,18 +13,24 @@ interrupted write is dropped with a warning (its prompt is generated again); a c
 newline gets it before anything is appended; a line holding rows back to back is split into lines of their
 own. Any other line that is not a row is an error naming the file and the line. Repairs rewrite the file
 atomically.
+
+A run spread over processes saves each process's rows to a part file beside the rows file (:func:`part_path`);
+:meth:`RowsFile.fold` moves them into the rows file (at the start of any run, so that a run interrupted with
+one number of processes continues with another, and at the end of a spread run).
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 
 from .runner import prompt_key
 
-__all__ = ["ROW_KEYS", "RowsFile", "read_rows_file", "run_header"]
+__all__ = ["ROW_KEYS", "RowsFile", "part_path", "read_rows_file", "run_header"]
 
 #: what every row holds (as :func:`~.runner.run_ruler` writes it): its prompt's key and its score
 ROW_KEYS = ("method", "task", "haystack", "length", "index", "prompt_sha1", "score")
@@ -127,6 +133,22 @@ def _atomic_write(path: Path, text: str) -> None:
         raise
 
 
+def part_path(path: str | os.PathLike, rank: int) -> Path:
+    """Where process ``rank`` of a run spread over processes saves its rows: beside the rows file."""
+    path = Path(path)
+    return path.with_name(f"{path.name}.part-{rank}")
+
+
+def _part_paths(path: Path) -> list[Path]:
+    """The part files beside the rows file at ``path``, by rank."""
+    found = []
+    for part in path.parent.glob(f"{glob.escape(path.name)}.part-*"):
+        rank = part.name[len(path.name) + len(".part-"):]
+        if rank.isdigit() and part.is_file():
+            found.append((int(rank), part))
+    return [part for _, part in sorted(found)]
+
+
 class RowsFile:
     """The rows file at ``path`` for a run defined by ``header`` (:func:`run_header`): :meth:`read` the rows
     an earlier run saved, then :meth:`append` each new one."""
@@ -134,6 +156,8 @@ class RowsFile:
     def __init__(self, path: str | os.PathLike, header: dict) -> None:
         self.path, self.header = Path(path), json.loads(json.dumps(header))  # as it reads back from the file
         self._has_header = False
+        #: the header in the file after :meth:`read` (this run's, with the definitions of other saved methods)
+        self.defined: dict | None = None
 
     def read(self) -> dict[str, dict]:
         """The saved rows by :func:`~.runner.prompt_key`; none when there is no file. Refuses rows of another
@@ -162,8 +186,46 @@ class RowsFile:
         new = self._merge(old, set(saved))
         if repair or new != old:
             _atomic_write(path, "".join(json.dumps(r) + "\n" for r in [{"header": new}, *rows]))
-        self._has_header = True
+        self._has_header, self.defined = True, new
         return {prompt_key(r["method"], r): r for r in rows}
+
+    def fold(self, order: Sequence[str] = ()) -> dict[str, dict]:
+        """:meth:`read`, with the part files of a run spread over processes (:func:`part_path`) folded in first.
+
+        Each part is read as a rows file of this run (refused as :meth:`read` refuses, naming the part); its rows
+        not yet in the rows file follow the saved ones, in ``order`` (keys by :func:`~.runner.prompt_key`; rows
+        whose key it lacks last, as the parts hold them). The rows file is replaced in one rename before the
+        parts are removed, so a fold cut short loses nothing, and a row then in both is kept once."""
+        rows = self.read()
+        parts = _part_paths(self.path)
+        if not parts:
+            return rows
+        header, new = self.defined or self.header, {}
+        for part in parts:
+            source = RowsFile(part, self.header)
+            for key, row in source.read().items():
+                if key not in rows:
+                    new.setdefault(key, row)
+            header = self._combine(header, source.defined, part)
+        place = {key: at for at, key in enumerate(order)}
+        rows.update((key, new[key]) for key in sorted(new, key=lambda k: place.get(k, len(place))))
+        if rows and (new or header != self.defined):
+            _atomic_write(self.path, "".join(json.dumps(r) + "\n" for r in [{"header": header}, *rows.values()]))
+            self._has_header, self.defined = True, header
+        for part in parts:
+            part.unlink(missing_ok=True)
+        return rows
+
+    def _combine(self, header: dict, other: dict | None, part: Path) -> dict:
+        """``header`` with the methods a part's rows were made by; refuses two definitions of one method."""
+        if other is None:
+            return header
+        for method, setting in other["methods"].items():
+            before = header["methods"].get(method, setting)
+            if before != setting:
+                raise ValueError(f"{part} holds rows of method {method} made by {setting}, {self.path} rows of it "
+                                 f"made by {before}; move one of the two files away")
+        return {**header, "methods": {**header["methods"], **other["methods"]}}
 
     def _merge(self, old: dict, saved: set[str]) -> dict:
         """The header from now on; refuses a definition that rows were saved under and this run changes."""
