@@ -29,10 +29,14 @@ import torch
 
 from .base import Kernel, RemapCall, merge_by_lse
 
-__all__ = ["BLOCK_SIZE", "Flex", "flex_available"]
+__all__ = ["BLOCK_SIZE", "COMPILE_MASK_PAIRS", "Flex", "flex_available"]
 
 #: the block of the block masks (FlexAttention's default)
 BLOCK_SIZE = 128
+#: from this many query-key pairs on, CUDA builds a block mask with the compiled builder, which reads the pairs
+#: block by block; below it (decoding steps: one query row) the eager builder evaluates every pair at once, which
+#: is cheap there and compiles nothing per length
+COMPILE_MASK_PAIRS = 2**24
 
 
 @functools.cache
@@ -103,8 +107,9 @@ def _block_masks(call: RemapCall) -> tuple[list, torch.Tensor | None]:
 
         return mask_mod
 
-    masks = [create(region_mask(r), b, None, n, t, device=device, BLOCK_SIZE=BLOCK_SIZE,
-                    _compile=device.type == "cuda") for r in range(len(call.tables))]
+    compiled = device.type == "cuda" and n * t > COMPILE_MASK_PAIRS  # (a prefill; a decoding step reads t pairs)
+    masks = [create(region_mask(r), b, None, n, t, device=device, BLOCK_SIZE=BLOCK_SIZE, _compile=compiled)
+             for r in range(len(call.tables))]
     blind = None
     if allowed is not None and call.sinks is None:
         blind = ~allowed.any(dim=-1)
@@ -147,7 +152,7 @@ class Flex(Kernel):
         g, dv = call.value.shape[1], call.value.shape[-1]
         rep = h // g
         masks, blind = _block_masks(call)
-        keys = call.rotated_keys(whole=True)
+        keys = call.rotated_keys(whole=n > 1)  # (a decoding step reads the cache's copies in place, uncopied)
         attention, aux = _attention(call.query.device), _api()[2]
         softcap = call.softcap
         score_mod = None if softcap is None else (lambda score, bi, hi, qi, ki: torch.tanh(score / softcap) * softcap)
