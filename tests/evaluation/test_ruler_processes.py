@@ -43,8 +43,8 @@ def one(tmp_path_factory):
 def generated(monkeypatch) -> list[int]:
     """One entry per prompt generated in this process (not taken from the rows file)."""
     calls: list[int] = []
-    real = runner.generate_answer
-    monkeypatch.setattr(runner, "generate_answer", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = runner.generate_answer_counted
+    monkeypatch.setattr(runner, "generate_answer_counted", lambda *a, **k: calls.append(1) or real(*a, **k))
     return calls
 
 

@@ -35,8 +35,8 @@ def _argv(out, *extra, samples: int = 2) -> list[str]:
 def generated(monkeypatch) -> list[int]:
     """One entry per prompt generated (not taken from the rows file)."""
     calls: list[int] = []
-    real = runner.generate_answer
-    monkeypatch.setattr(runner, "generate_answer", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = runner.generate_answer_counted
+    monkeypatch.setattr(runner, "generate_answer_counted", lambda *a, **k: calls.append(1) or real(*a, **k))
     return calls
 
 

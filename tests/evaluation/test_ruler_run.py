@@ -32,7 +32,7 @@ class Oracle(torch.nn.Module):
         self.tok, self.weight = tok, torch.nn.Parameter(torch.zeros(1))
         self.answers = {s.prompt: " " + ", ".join(s.answers) + "." for s in samples}
 
-    def generate(self, ids, attention_mask, max_new_tokens, do_sample, pad_token_id):
+    def generate(self, ids, attention_mask, max_new_tokens, do_sample, pad_token_id, stopping_criteria=None):
         assert not do_sample and attention_mask.shape == ids.shape and ids.shape[0] == 1
         prompt = self.tok.decode(ids[0], skip_special_tokens=True)
         new = self.tok(self.answers[prompt], add_special_tokens=False)["input_ids"][:max_new_tokens]
@@ -48,6 +48,26 @@ def runs():
     return tok, prompts, tiny, oracle
 
 
+def test_generation_stops_once_the_answer_scores_full_marks():
+    """The early stop keeps the score of the full budget: the stopped text is a prefix of the full one that
+    already holds every reference, for fewer generated tokens (a reference the model writes early is taken from
+    its own full continuation)."""
+    from hf_trajpe.evaluation.ruler.runner import generate_answer_counted
+    from hf_trajpe.evaluation.ruler.scoring import postprocess_pred, sample_score
+
+    tok, model = byte_tokenizer(), _tiny_llama()
+    prompt = make_samples(tok, ["niah_single_1"], [400], 1, ["noise"], seed=0)[0].prompt
+    full, n_full = generate_answer_counted(model, tok, prompt, 40)
+    reference = postprocess_pred(full)[:6]
+    assert reference.strip() and n_full == 40
+    stopped, n_stopped = generate_answer_counted(model, tok, prompt, 40, "string_match_all", [reference])
+    assert full.startswith(stopped) and n_stopped < n_full
+    assert sample_score("string_match_all", stopped, [reference]) == sample_score("string_match_all", full,
+                                                                                  [reference]) == 1.0
+    never, n_never = generate_answer_counted(model, tok, prompt, 40, "string_match_all", ["\u2603 not written"])
+    assert never == full and n_never == n_full
+
+
 def test_the_runner_scores_every_prompt_of_the_plan(runs):
     _, prompts, tiny, _ = runs
     assert len(prompts) == (2 + 1) * 2 * 2  # niah on two haystacks, fwe on its own; two lengths; two samples
@@ -56,6 +76,7 @@ def test_the_runner_scores_every_prompt_of_the_plan(runs):
                                                                ("niah_single_1", "dialogue_structure"), ("fwe", "own")}
     assert all(0.0 <= r["score"] <= 1.0 and r["cpu_seconds"] >= 0 for r in tiny.rows)
     assert {r["max_new_tokens"] for r in tiny.rows} == {128, 50}
+    assert all(1 <= r["generated_tokens"] <= r["max_new_tokens"] for r in tiny.rows)
     assert tiny.meta["lengths"] == [600, 900] and tiny.meta["methods"] == ["tiny"]
 
 
@@ -114,14 +135,14 @@ def test_the_command_runs_ruler_on_a_model_and_its_patch(tmp_path, capsys):
     import hf_trajpe.evaluation.ruler.runner as runner
 
     calls = []
-    real = runner.generate_answer
+    real = runner.generate_answer_counted
     runner_generate = lambda *a, **k: calls.append(1) or real(*a, **k)  # noqa: E731
     try:
-        runner.generate_answer = runner_generate
+        runner.generate_answer_counted = runner_generate
         with pytest.warns(RuntimeWarning, match="ruler_rows.jsonl, line 9: a last line cut short by an interrupted"):
             assert main(argv) == 0
     finally:
-        runner.generate_answer = real
+        runner.generate_answer_counted = real
     assert len(calls) == 1, "only the row cut short is generated again"
     again = json.loads((tmp_path / "out" / "ruler.json").read_text())
     assert [r["score"] for r in again["rows"]] == [r["score"] for r in data["rows"]]

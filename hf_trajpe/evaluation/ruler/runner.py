@@ -3,8 +3,10 @@
 :func:`run_ruler` is the Python entry point; it returns a :class:`RulerTable` of one row per prompt, which
 :mod:`.summary` turns into cells with intervals, paired comparisons and effective lengths, and
 :mod:`.report` into JSON, Markdown and a PNG. Generation follows RULER's HF backend: greedy
-(``do_sample=False``), batch 1, ``max_new_tokens`` = the task's ``tokens_to_generate``, stopping early only
-at the end-of-sequence token.
+(``do_sample=False``), batch 1, ``max_new_tokens`` = the task's ``tokens_to_generate``, stopping early at the
+end-of-sequence token, and as soon as the answer so far already scores full marks: RULER's scores only ask
+whether the references occur in the cleaned prediction, so more text could not change the score (exactly the
+score of the full budget, for fewer decoding steps; each row records the tokens it generated).
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from .haystacks import get_haystack
 from .scoring import postprocess_pred, sample_score
 from .task import Sample, get_task, task_names
 
-__all__ = ["QUICK", "RulerTable", "generate_answer", "make_samples", "prompt_key", "run_ruler"]
+__all__ = ["QUICK", "RulerTable", "generate_answer", "generate_answer_counted", "make_samples", "prompt_key",
+           "run_ruler"]
 
 #: a small run: one task of each kind, the noise haystack, two samples
 QUICK = {"tasks": ["niah_single_1", "niah_multikey_1", "vt", "cwe", "fwe"], "haystacks": ["noise"], "samples": 2}
@@ -84,17 +87,35 @@ def prompt_key(method: str, sample: Sample | dict) -> str:
     return f"{method}|{get('task')}|{get('haystack')}|{get('length')}|{get('index')}|{digest}"
 
 
-def generate_answer(model, tokenizer, prompt: str, max_new_tokens: int) -> str:
-    """Greedy continuation of ``prompt`` (no special tokens added, as its length was counted)."""
+def generate_answer(model, tokenizer, prompt: str, max_new_tokens: int, metric: str | None = None,
+                    answers: Sequence[str] | None = None) -> str:
+    """Greedy continuation of ``prompt`` (no special tokens added, as its length was counted); with ``metric`` and
+    ``answers``, stopped as soon as the continuation scores full marks (module docstring)."""
+    return generate_answer_counted(model, tokenizer, prompt, max_new_tokens, metric, answers)[0]
+
+
+def generate_answer_counted(model, tokenizer, prompt: str, max_new_tokens: int, metric: str | None = None,
+                            answers: Sequence[str] | None = None) -> tuple[str, int]:
+    """:func:`generate_answer` and the number of tokens it generated."""
     import torch
+    from transformers import StoppingCriteria, StoppingCriteriaList
 
     device = next(model.parameters()).device
     ids = torch.tensor([encode(tokenizer, prompt)], dtype=torch.long, device=device)
+    start = ids.shape[1]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+    class Answered(StoppingCriteria):
+        def __call__(self, input_ids, scores, **kwargs) -> torch.Tensor:
+            text = tokenizer.decode(input_ids[0, start:], skip_special_tokens=True)
+            done = sample_score(metric, text, answers) >= 1.0
+            return torch.full((input_ids.shape[0],), done, dtype=torch.bool, device=input_ids.device)
+
+    stopping = StoppingCriteriaList([Answered()]) if metric is not None and answers else None
     with torch.inference_mode():
         out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
-                             do_sample=False, pad_token_id=pad)
-    return tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+                             do_sample=False, pad_token_id=pad, stopping_criteria=stopping)
+    return tokenizer.decode(out[0, start:], skip_special_tokens=True), int(out.shape[1] - start)
 
 
 def run_ruler(model, tokenizer, tasks: Sequence[str] | None = None, lengths: Sequence[int] = (4096,),
@@ -129,11 +150,13 @@ def run_ruler(model, tokenizer, tasks: Sequence[str] | None = None, lengths: Seq
                 table.rows.append(done[key])
                 continue
             wall, cpu = time.perf_counter(), time.process_time()
-            raw = generate_answer(model, tokenizer, s.prompt, s.max_new_tokens)
+            raw, generated = generate_answer_counted(model, tokenizer, s.prompt, s.max_new_tokens, s.metric,
+                                                     s.answers)
             row = {k: v for k, v in asdict(s).items() if k != "prompt"}
             row.update(prompt_sha1=hashlib.sha1(s.prompt.encode()).hexdigest(), method=method,
                        prediction=postprocess_pred(raw), score=sample_score(s.metric, raw, s.answers),
-                       wall_seconds=time.perf_counter() - wall, cpu_seconds=time.process_time() - cpu)
+                       generated_tokens=generated, wall_seconds=time.perf_counter() - wall,
+                       cpu_seconds=time.process_time() - cpu)
             table.rows.append(row)
             if on_row is not None:
                 on_row(row)
