@@ -117,7 +117,7 @@ def bench(model_name: str, tokens: int, methods: list[str], rounds: int, new: in
                        "verdicts": {k: (None if v is None else "met" if v["median"] <= TARGETS[k] else "missed")
                                     for k, v in ratio.items()}}
     stock = {k: statistics.median(m[k] for m in figures["stock"]) for k in figures["stock"][0]}
-    del model
+    model = None  # (freed before the next model is built)
     if device == "cuda":
         torch.cuda.empty_cache()
     return {"model": model_name, "tokens": tokens, "new_tokens": new, "rounds": rounds, "stock": stock,
