@@ -6,9 +6,10 @@
 The shape of a torchtune recipe: setup, train, save, report, cleanup; the logic is in hf_trajpe.training.
 At the end it prints a summary (steps, losses, the last evaluation per content type, where the model,
 checkpoint and logs are) whose last line says why the run stopped and the exit status.
-Exit status: 0 when the run is done (or stopped by train.stop_after), 2 for a bad config, path, run
-folder or a missing package (gguf for a .gguf model, peft for model.lora), 143 (SIGTERM, or the
-launcher's exit) and 130 (SIGINT) for a stop by signal with a checkpoint. See docs/finetune.md.
+Exit status: 0 when the run is done (or stopped by train.stop_after), 2 for a bad config, a launch that
+cannot run (context parallelism on CPU), a bad path, run folder or a missing package (gguf for a .gguf
+model, peft for model.lora), 143 (SIGTERM, or the launcher's exit) and 130 (SIGINT) for a stop by signal
+with a checkpoint. See docs/finetune.md.
 """
 
 from __future__ import annotations
@@ -35,13 +36,14 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = parse_args(argv)
     from hf_trajpe.training import ConfigError, load_config
+    from hf_trajpe.training.context_parallel import LaunchError
     from hf_trajpe.training.files import RunFileError
     from hf_trajpe.training.trainer import Trainer, exit_status, launcher_pid
 
     try:
         cfg = load_config(args.config, args.overrides)  # fails before anything is built or trained
         trainer = Trainer(cfg, resume=args.resume, watch_parent=launcher_pid(PARENT_PID)).setup()
-    except (ConfigError, RunFileError, FileNotFoundError, FileExistsError, ImportError) as err:
+    except (ConfigError, LaunchError, RunFileError, FileNotFoundError, FileExistsError, ImportError) as err:
         print(f"error: {err}", file=sys.stderr)  # ImportError: a package the config needs (gguf, peft)
         return 2
     try:

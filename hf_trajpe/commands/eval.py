@@ -143,7 +143,12 @@ def _margin(text: str) -> float:
 
 def check(args: argparse.Namespace) -> None:
     names = list(parse_models(args.model))
-    unknown = sorted({name for name, _ in getattr(args, "patch", [])} - set(names))
+    patched = [name for name, _ in getattr(args, "patch", [])]
+    twice = sorted({name for name in patched if patched.count(name) > 1})
+    if twice:  # (else the last would silently replace the others)
+        raise ValueError(f"--patch {', '.join(twice)} given more than once; give each --model name one --patch with "
+                         "all its options in one JSON object (another name for another reading: --model NAME2=PATH)")
+    unknown = sorted(set(patched) - set(names))
     if unknown:
         raise ValueError(f"--patch names {', '.join(unknown)}, which no --model has; give --model NAME=PATH for it")
     if getattr(args, "patch", None) and args.long_context is None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import types
 from collections.abc import Callable
 
 import torch
@@ -145,16 +146,17 @@ def _follow_rows(cache) -> None:
     """Teach ``cache`` to carry our decoding memory (of every patch) along when its rows or length change through
     its own methods, as transformers calls them: ``reorder_cache`` (beam search), ``batch_select_indices`` and
     ``batch_repeat_interleave`` (a served batch, several return sequences), ``crop`` (assisted generation and prompt
-    lookup after rejected draft tokens). Bound on the instance, once."""
+    lookup after rejected draft tokens). Bound on the instance, once, as methods (a deep copy of the cache rebinds
+    them to the copy)."""
     cls = type(cache)
 
     def rows(stock: Callable, index: Callable) -> Callable:
-        def method(*args, **kwargs):
-            batch = {k: cache.__dict__[k].num_real.shape[0] for k in _memories(cache)}
-            stock(cache, *args, **kwargs)
+        def method(self, *args, **kwargs):
+            batch = {k: self.__dict__[k].num_real.shape[0] for k in _memories(self)}
+            stock(self, *args, **kwargs)
             for key, b in batch.items():
-                mem: DecodingMemory = cache.__dict__[key]
-                cache.__dict__[key] = mem.reorder(index(b, *args, **kwargs).to(mem.num_real.device))
+                mem: DecodingMemory = self.__dict__[key]
+                self.__dict__[key] = mem.reorder(index(b, *args, **kwargs).to(mem.num_real.device))
 
         return method
 
@@ -165,12 +167,12 @@ def _follow_rows(cache) -> None:
     def repeated(b: int, repeats: int, *args, **kwargs) -> torch.Tensor:
         return torch.arange(b).repeat_interleave(int(repeats))
 
-    def crop(*args, **kwargs) -> None:
-        before = int(cache.get_seq_length())
-        cls.crop(cache, *args, **kwargs)
-        removed = before - int(cache.get_seq_length())
-        for key in _memories(cache):
-            cache.__dict__[key] = cache.__dict__[key].crop(removed)
+    def crop(self, *args, **kwargs) -> None:
+        before = int(self.get_seq_length())
+        cls.crop(self, *args, **kwargs)
+        removed = before - int(self.get_seq_length())
+        for key in _memories(self):
+            self.__dict__[key] = self.__dict__[key].crop(removed)
 
     methods = {"reorder_cache": (lambda: rows(cls.reorder_cache, selected)),
                "batch_select_indices": (lambda: rows(cls.batch_select_indices, selected)),
@@ -178,4 +180,4 @@ def _follow_rows(cache) -> None:
                "crop": (lambda: crop)}
     for name, make in methods.items():
         if name not in cache.__dict__ and callable(getattr(cls, name, None)):
-            cache.__dict__[name] = make()
+            cache.__dict__[name] = types.MethodType(make(), cache)

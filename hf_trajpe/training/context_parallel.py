@@ -32,8 +32,9 @@ import torch
 
 from .pose import pose_batch, pose_generator, skipped_positions
 
-__all__ = ["ShardedWindow", "check_context_parallel", "context_parallel_size", "data_rank", "global_position_ids",
-           "launched_context_parallel_size", "refuse_cpu_launch", "shifted_labels", "sharded_window"]
+__all__ = ["LaunchError", "ShardedWindow", "check_context_parallel", "context_parallel_size", "data_rank",
+           "global_position_ids", "launched_context_parallel_size", "refuse_cpu_launch", "shifted_labels",
+           "sharded_window"]
 
 #: where ``accelerate launch`` puts the config's ``parallelism_config`` (accelerate/utils/launch.py)
 PARALLELISM_ENV = "ACCELERATE_USE_PARALLELISM_CONFIG"
@@ -65,10 +66,15 @@ def launched_context_parallel_size(environ: Mapping[str, str] | None = None) -> 
     return int(environ.get(CP_SIZE_ENV, "1"))
 
 
+class LaunchError(RuntimeError):
+    """A launch that cannot run as ``accelerate launch`` set it up (its config, not the experiment's): every process
+    finds the same, so the recipe says it in one line and exits with status 2 instead of a traceback per process."""
+
+
 def refuse_cpu_launch(cp: int, device: str) -> None:
     """Context parallelism on CPU: refused (torch's ring attention and accelerate's FSDP2 run on GPUs only)."""
     if cp > 1 and device == "cpu":
-        raise RuntimeError(
+        raise LaunchError(
             f"context parallelism (cp_size={cp}) was asked for on CPU: torch's ring attention and accelerate's FSDP2 "
             "run on GPUs only. Launch on GPUs (configs/accelerate/fsdp2_cp.yaml), or on CPU without a "
             "parallelism_config (configs/accelerate/cpu.yaml, cpu_2proc.yaml)")

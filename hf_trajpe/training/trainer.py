@@ -50,6 +50,7 @@ from ..paths import writable_dir
 from .checkpoint import find_resume, read_trainer_state
 from .config import ExperimentConfig
 from .context_parallel import (
+    LaunchError,
     check_context_parallel,
     context_parallel_size,
     data_rank,
@@ -246,12 +247,12 @@ class Trainer(StopControl, RunReport, RunSaving):
         acc = self.accelerator
         launched = int(os.environ.get("WORLD_SIZE", "1"))
         if launched != acc.num_processes:
-            raise RuntimeError(
+            raise LaunchError(
                 f"{launched} processes were launched but accelerate set up a world of {acc.num_processes} "
                 f"({acc.distributed_type.value}): on CPU launch with ACCELERATE_USE_CPU=true and --multi_gpu "
                 "(or configs/accelerate/cpu_2proc.yaml)")
         if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true" and acc.distributed_type.value != "FSDP":
-            raise RuntimeError(
+            raise LaunchError(
                 f"the accelerate config asks for FSDP but accelerate set up {acc.distributed_type.value}: accelerate "
                 "runs FSDP on GPUs only (on CPU it falls back silently); use configs/accelerate/cpu_2proc.yaml on CPU")
 

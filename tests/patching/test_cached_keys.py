@@ -10,6 +10,7 @@ from patch_models import build, cached_logits, random_ids
 
 import hf_trajpe
 import hf_trajpe.patching.rotation as rotation
+from hf_trajpe.compat import cache_kwarg
 from hf_trajpe.patching.cached_keys import PREPARE_ATTR
 from hf_trajpe.patching.state import MEMORY_ATTR
 
@@ -109,7 +110,7 @@ def test_a_prepared_cache_rotates_nothing_after_the_forward():
     cache = DynamicCache(config=model.config)
     handle = hf_trajpe.patch(model, "rope")
     with torch.no_grad():
-        model(input_ids=ids[:, :5], past_key_values=cache, use_cache=True)
+        model(input_ids=ids[:, :5], use_cache=True, **{cache_kwarg(): cache})
     assert handle.state.step.cache is None and not handle.state.step.prepared_keys
     handle.unpatch()
     before = cache.layers[0].keys.clone()

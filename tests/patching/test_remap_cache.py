@@ -13,6 +13,7 @@ from test_remap import METHODS, encoding, left_padded
 import hf_trajpe
 import hf_trajpe.patching.schemes.remap.kernels.blocks as blocks
 import hf_trajpe.patching.schemes.remap.keys as remap_keys
+from hf_trajpe.compat import cache_kwarg, output_cache
 from hf_trajpe.patching.state import MEMORY_ATTR
 
 #: method -> how many copies of each key the cache holds (the scheme's distinct key rotations)
@@ -109,7 +110,7 @@ def test_a_layer_selection_keeps_its_own_layers_copies():
         cached = model.generate(ids, use_cache=True, **kw)
         recomputed = model.generate(ids, use_cache=False, **kw)
     d = model.config.head_dim
-    keys = [layer.keys.shape[-1] for layer in cached.past_key_values.layers]
+    keys = [layer.keys.shape[-1] for layer in output_cache(cached).layers]
     assert keys == [d, 2 * d]
     assert torch.equal(cached.sequences, recomputed.sequences)
 
@@ -122,11 +123,11 @@ def test_a_cache_filled_by_another_remap_is_refused():
     cache = DynamicCache(config=model.config)
     with torch.no_grad():
         with hf_trajpe.patch(model, "self_extend", **METHODS["self_extend"]):
-            model(input_ids=ids[:, :20], past_key_values=cache, use_cache=True)
+            model(input_ids=ids[:, :20], use_cache=True, **{cache_kwarg(): cache})
         refused = pytest.raises(RuntimeError, match=r"filled by a model patched with self_extend .*keys rotated "
                                                   r"for it\), not with dca.*start generation again")
         with hf_trajpe.patch(model, "dca", **METHODS["dca"]), refused:
-            model(input_ids=ids[:, 20:21], past_key_values=cache, use_cache=True)
+            model(input_ids=ids[:, 20:21], use_cache=True, **{cache_kwarg(): cache})
 
 
 @pytest.mark.parametrize("method", ["self_extend", "string"])
@@ -142,7 +143,7 @@ def test_a_model_that_repeats_the_cached_keys_heads(method):
     with hf_trajpe.patch(model, encoding(method), **METHODS[method]):
         cached = model.generate(ids, use_cache=True, **kw)
         recomputed = model.generate(ids, use_cache=False, **kw)
-    assert cached.past_key_values.layers[0].keys.shape[-1] == COPIES[method] * model.config.kv_channels
+    assert output_cache(cached).layers[0].keys.shape[-1] == COPIES[method] * model.config.kv_channels
     assert torch.equal(cached.sequences, recomputed.sequences)
     torch.testing.assert_close(torch.stack(cached.scores), torch.stack(recomputed.scores), rtol=1e-4, atol=1e-4)
 

@@ -16,6 +16,8 @@ Shape legend: ``b`` batch, ``h`` query heads, ``g`` key/value heads, ``n`` queri
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from ...layer_frequencies import layer_type_names
@@ -33,6 +35,11 @@ def remap_attention(st, module, query: torch.Tensor, key: torch.Tensor, value: t
     cache returned it (keys.py), with the scheme's remapped positions; returns ``([b, n, h, d], None)`` as
     transformers' attention functions do (no weights: they are never built whole)."""
     d, t = query.shape[-1], key.shape[2]
+    if kwargs.get("output_attentions") or getattr(getattr(module, "config", None), "output_attentions", False):
+        warnings.warn(f"output_attentions: {st.plan.scheme} is a remap, which computes attention region by region and "
+                      "never builds the attention weights whole, so the model returns none; read them from the model "
+                      "without the patch (hf_trajpe.unpatch(model), attn_implementation='eager')", UserWarning,
+                      stacklevel=2)
     if attention_mask is not None and attention_mask.dim() == 4 and attention_mask.shape[1] > 1:
         raise NotImplementedError(
             f"{type(module).__name__} hands its attention a mask per head ({tuple(attention_mask.shape)}: values "

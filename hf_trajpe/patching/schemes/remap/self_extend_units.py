@@ -50,6 +50,17 @@ class SelfExtendUnits(SelfExtend):
     options = (GROUP_SIZE, WINDOW, BOUNDARY_IDS, *RemapScheme.options)
     reads_token_ids = True  # the state hands it each forward's token ids (:meth:`read_units`)
 
+    @classmethod
+    def resolve_values(cls, values: dict, model) -> dict:
+        """Refuse boundary ids past the model's vocabulary: no token would ever end a unit (plain Self-Extend)."""
+        vocab = getattr(model.get_input_embeddings(), "num_embeddings", None)
+        outside = [i for i in values.get("boundary_ids") or [] if vocab is not None and i >= vocab]
+        if outside:
+            raise ValueError(f"boundary_ids (self_extend_units) {outside[:5]} lie outside this model's vocabulary of "
+                             f"{vocab} tokens, so they would never end a unit; give ids of its own tokenizer: "
+                             "hf_trajpe.unit_boundary_ids(tokenizer)")
+        return super().resolve_values(values, model)
+
     def __init__(self, plan) -> None:
         super().__init__(plan)
         self.register_buffer("boundaries", torch.tensor(plan.config.options["boundary_ids"], dtype=torch.int64),

@@ -176,7 +176,46 @@ class ExtensionStudyConfig(TrainedStudyConfig):
                                   "which the real model does not have; give the real model fixed options")
             if self.real.length < 2 or not self.real.factor >= 1:
                 raise ConfigError("real: length >= 2 and factor >= 1 are needed")
+        self._check_methods_on_model()
         return self
+
+    def _check_methods_on_model(self) -> None:
+        """Patch the study's model (built once from ``model``, on the CPU, the global random state untouched) with
+        every method at every factor and chosen value it will be read or fine-tuned with, so that what only the
+        model can refuse (a DCA chunk past the trained length) fails here, naming the method, not after pretraining."""
+        readings = []
+        for name, opts in self.methods.items():
+            choice = choice_of(opts)
+            factors = list(self.eval.factors)
+            if self.finetune is not None and name in self.finetune.methods and self.finetune.factor not in factors:
+                factors.append(self.finetune.factor)
+            for factor in factors:
+                for value in [None] if choice is None else choice[1]:
+                    at = "" if value is None else f", {choice[0]} {value!r}"
+                    where = f"methods.{name} (at factor {factor:g}{at})"
+                    try:
+                        options = method_options(opts, factor, value)
+                    except (TypeError, ValueError) as err:
+                        raise ConfigError(f"{where}: {err}") from None
+                    if options is not None:
+                        readings.append((where, options))
+        if not readings:
+            return
+        import torch
+        import transformers
+
+        from ....patching import patch
+
+        settings = dict(self.model)
+        config = transformers.AutoConfig.for_model(settings.pop("model_type"), **settings)
+        with torch.random.fork_rng(devices=[]):
+            built = transformers.AutoModelForCausalLM.from_config(config)
+        for where, options in readings:
+            options = dict(options)
+            try:
+                patch(built, options.pop("encoding"), **options).unpatch()
+            except (NotImplementedError, TypeError, ValueError) as err:
+                raise ConfigError(f"{where}: {err}") from None
 
     def real_methods(self) -> list[str]:
         """The methods the real model is read with (by default every method with fixed options)."""
@@ -226,10 +265,33 @@ def choice_of(options: dict | None) -> tuple[str, list] | None:
         raise ValueError(f"one option may be chosen on validation, got {[k for k, _ in chosen]}")
     name, spec = chosen[0]
     values = spec[CHOOSE]
-    if set(spec) != {CHOOSE} or not isinstance(values, list) or len(values) < 2 or len(set(map(repr, values))) < len(
-            values):
+    if set(spec) != {CHOOSE} or not isinstance(values, list) or len(values) < 2:
         raise ValueError(f"{name}: {{choose: [two or more distinct values]}}, got {spec!r}")
+    seen: dict = {}
+    for value in values:
+        key = _value_key(value)
+        if key in seen:  # (each value trains or reads a run of its own: two would be the same run twice)
+            raise ValueError(f"{name}: {{choose: [two or more distinct values]}}, got {spec!r}, where "
+                             f"{seen[key]!r} and {value!r} are the same value; give each value once")
+        seen[key] = value
     return name, list(values)
+
+
+def _value_key(value: object) -> object:
+    """A chosen value as the patch receives it, to find the same value written twice: ``0`` and ``0.0``,
+    ``2*factor`` and ``2.0 * factor``, mappings in any key order."""
+    if isinstance(value, bool) or value is None:
+        return ("constant", value)
+    if isinstance(value, (int, float)):
+        return ("number", float(value))
+    if isinstance(value, str):
+        times = _times_factor(value, 1.0)
+        return ("factor", times) if times is not None else ("text", value)
+    if isinstance(value, dict):
+        return ("mapping", tuple(sorted((repr(k), _value_key(v)) for k, v in value.items())))
+    if isinstance(value, (list, tuple)):
+        return ("list", tuple(_value_key(v) for v in value))
+    return ("other", repr(value))
 
 
 def value_name(value: object) -> str:
