@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
                      f"{r['seconds']:.1f} | {peak} |")
     if ruler:
         lines += ["", "| length | method | RULER niah_single_1 | seconds |", "|---:|---|---:|---:|"]
-        lines += [f"| {r['length']:,} | {r['method']} | {sum(r['scores']) / 100:g} / {len(r['scores'])} | "
+        lines += [f"| {r['length']:,} | {r['method']} | {sum(r['scores']):g} / {len(r['scores'])} | "
                   f"{r['seconds']:.1f} |" for r in ruler]
     (args.out / "remap_read.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
