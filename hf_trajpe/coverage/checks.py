@@ -40,18 +40,19 @@ class CellResult:
         return self.error is None and all(v is not False for v in self.checks.values())
 
 
-#: options an encoding cannot run without, as the sweep gives them: Self-Extend over units needs the tokens that
-#: end a unit (every seventh id here, so that a tiny model's random ids hold several units)
-REQUIRED_OPTIONS: dict[str, dict] = {"self_extend_units": {"boundary_ids": list(range(3, 4096, 7))}}
+#: options an encoding cannot run without, as the sweep gives them, from the model's vocabulary size: Self-Extend
+#: over units needs the tokens that end a unit (every seventh id of the vocabulary here, so that a tiny model's
+#: random ids hold several units)
+REQUIRED_OPTIONS: dict[str, object] = {"self_extend_units": lambda vocab: {"boundary_ids": list(range(3, vocab, 7))}}
 
 
-def cells_of(adapter, causal: bool = True, attention_layers: int = 2) -> list[tuple[str, str, dict]]:
+def cells_of(adapter, causal: bool = True, attention_layers: int = 2, vocab: int = 4096) -> list[tuple[str, str, dict]]:
     """``(label, encoding, options)`` for every encoding the adapter allows (causal-only schemes on causal
     models only), trajectory once per base, and a layer map where the model's layers take selections
     (``attention_layers``: how many self-attention layers it has)."""
     from ..patching.schemes import SCHEMES
 
-    cells = [(e, e, dict(REQUIRED_OPTIONS.get(e, {}))) for e in adapter.encodings
+    cells = [(e, e, REQUIRED_OPTIONS[e](vocab) if e in REQUIRED_OPTIONS else {}) for e in adapter.encodings
              if e != "trajectory" and (causal or e == "native" or SCHEMES[e].bidirectional)]
     if "trajectory" in adapter.encodings:
         cells += [(f"trajectory/{b}", "trajectory", {"base": b}) for b in adapter.trajectory_bases]
@@ -148,5 +149,5 @@ def check_model_type(model_type: str, task: str = "clm", attn: str = "sdpa") -> 
     from ..patching.plan import self_attention_modules
 
     layers = len(self_attention_modules(model.base_model, adapter.self_attention))
-    cells = cells_of(adapter, adapter.causal(model.config), layers)
+    cells = cells_of(adapter, adapter.causal(model.config), layers, model.get_input_embeddings().num_embeddings)
     return [_check_cell(model, *cell, ids, stock, causal, pad) for cell in cells], None
