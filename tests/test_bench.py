@@ -407,6 +407,7 @@ def test_the_cpu_clock(tmp_path, capsys):
         check_clock("sundial")
 
 
+@pytest.mark.slow  # (compiles flex_attention on the CPU: 16 s on a cold compile cache)
 def test_alibi_flex_variant_runs_flex_and_restores_sdpa(monkeypatch):
     """A ``(flex)`` variant (added on CUDA) patches the model under flex_attention and leaves it on sdpa; its
     forward gives the sdpa variant's logits (checked here with flex's CPU forward, no backward)."""

@@ -63,7 +63,12 @@ def generate_with(model, method: str, kernel: str, ids, mask, **kwargs):
     return out
 
 
-@pytest.mark.parametrize("method", list(ALL))
+#: the decoding test in the default run: one method per kind of key rotation (two copies, one copy, units); the
+#: others with the slow tests
+DECODED = [m if m in ("self_extend", "dca", "string") else pytest.param(m, marks=pytest.mark.slow) for m in ALL]
+
+
+@pytest.mark.parametrize("method", DECODED)
 def test_cached_greedy_and_beam_decoding_through_flex(method):
     """The decoding step (one query against the KV cache, keys stored rotated) through FlexAttention: greedy on a
     left-padded batch and beam search, the same tokens and scores as the materialised scores."""

@@ -225,6 +225,7 @@ def _summary(stdout: str) -> list[str]:
     return lines[start:]
 
 
+@pytest.mark.slow  # (10 s; stopping and resuming are in the default run's SIGTERM and resume tests)
 def test_the_recipe_ends_with_a_summary_stopped_and_resumed(tmp_path):
     """The summary of a stopped run (train.stop_after) and of the resumed run to the end: steps, losses,
     the evaluation per content type (of the stopped model too), where the model, checkpoint and logs are;
@@ -267,6 +268,7 @@ LORA = ["encoding.name=trajectory", "encoding.options={strength: 0.3, learnable_
         "optimizer.lr=0.01", "train.eval_every=0"]
 
 
+@pytest.mark.slow  # (16 s; LoRA on a patched model trains and saves in patching/test_patch_api.py, in process)
 def test_lora_trains_the_adapters_and_the_strength_resumes_and_saves_a_merged_patched_model(tmp_path):
     pytest.importorskip("peft")
     out, split = tmp_path / "lora", tmp_path / "split"
