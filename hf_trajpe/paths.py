@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["NAME_PATTERN", "check_name", "inside", "output_folder", "writable_dir"]
+__all__ = ["NAME_PATTERN", "atomic_write_text", "check_name", "fsync_dir", "inside", "output_folder", "writable_dir"]
 
 #: a letter or digit first, then letters, digits, ``_``, ``-``, ``.`` and ``+``; at most 100 characters
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,99}")
@@ -77,3 +77,36 @@ def writable_dir(path: str | os.PathLike, what: str) -> Path:
             "you can write to"
         ) from None
     return folder
+
+
+def fsync_dir(path: str | os.PathLike) -> None:
+    """fsync a folder (its entries: a rename in it is durable afterwards); a no-op where folders cannot be
+    opened (Windows)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Replace ``path`` by ``text`` atomically: ``.<name>.tmp-<pid>`` beside it, fsync, ``os.replace``,
+    fsync of the folder."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)

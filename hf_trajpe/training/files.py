@@ -22,6 +22,8 @@ import shutil
 import time
 from pathlib import Path
 
+from ..paths import atomic_write_text, fsync_dir  # (re-exported: the training modules' file helpers)
+
 __all__ = ["LOCK_NAME", "OutputLock", "RunFileError", "atomic_write_text", "clean_leftovers", "fsync_dir",
            "fsync_tree"]
 
@@ -34,21 +36,6 @@ TRAINER_STATE = "trainer_state.json"
 
 class RunFileError(ValueError):
     """A file of a run cannot be read; the message names the file (and the line)."""
-
-
-def fsync_dir(path: str | os.PathLike) -> None:
-    """fsync a folder (its entries: a rename in it is durable afterwards); a no-op where folders cannot be
-    opened (Windows)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _fsync_file(path: Path) -> None:
@@ -79,24 +66,6 @@ def fsync_tree(root: str | os.PathLike) -> list[Path]:
     for d in sorted(dirs, key=lambda p: len(p.parts), reverse=True):
         fsync_dir(d)
     return files
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Replace ``path`` by ``text`` atomically: ``.<name>.tmp-<pid>`` beside it, fsync, ``os.replace``,
-    fsync of the folder."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
 
 
 def clean_leftovers(output_dir: str | os.PathLike, log=print) -> list[str]:

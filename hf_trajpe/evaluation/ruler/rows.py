@@ -28,6 +28,7 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
+from ...paths import atomic_write_text
 from .runner import prompt_key
 
 __all__ = ["ROW_KEYS", "RowsFile", "part_path", "read_rows_file", "run_header"]
@@ -119,20 +120,6 @@ def _check_row(path: Path, number: int, row: object) -> dict:
     return row
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    """Replace ``path`` by ``text`` in one rename, so that a rewrite cut short loses nothing."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 def part_path(path: str | os.PathLike, rank: int) -> Path:
     """Where process ``rank`` of a run spread over processes saves its rows: beside the rows file."""
     path = Path(path)
@@ -185,7 +172,7 @@ class RowsFile:
                              f"does not define; {_DAMAGED}")
         new = self._merge(old, set(saved))
         if repair or new != old:
-            _atomic_write(path, "".join(json.dumps(r) + "\n" for r in [{"header": new}, *rows]))
+            atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in [{"header": new}, *rows]))
         self._has_header, self.defined = True, new
         return {prompt_key(r["method"], r): r for r in rows}
 
@@ -210,7 +197,7 @@ class RowsFile:
         place = {key: at for at, key in enumerate(order)}
         rows.update((key, new[key]) for key in sorted(new, key=lambda k: place.get(k, len(place))))
         if rows and (new or header != self.defined):
-            _atomic_write(self.path, "".join(json.dumps(r) + "\n" for r in [{"header": header}, *rows.values()]))
+            atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in [{"header": header}, *rows.values()]))
             self._has_header, self.defined = True, header
         for part in parts:
             part.unlink(missing_ok=True)
@@ -255,7 +242,7 @@ class RowsFile:
         """Save one row on a line of its own (the header first, when the file has none yet)."""
         if not self._has_header:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            _atomic_write(self.path, json.dumps({"header": self.header}) + "\n")
+            atomic_write_text(self.path, json.dumps({"header": self.header}) + "\n")
             self._has_header = True
         with self.path.open("a", encoding="utf-8") as fh:
             fh.write(json.dumps(row) + "\n")
