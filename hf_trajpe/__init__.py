@@ -2,6 +2,7 @@
 
 Plugin API first: :func:`patch` a loaded model with another positional encoding, :func:`unpatch` it,
 save and reload the patch (:func:`save_patch`, :func:`load_patch`, :func:`from_pretrained`);
+:func:`extend` chooses a context extension for a RoPE model on validation text and leaves it patched with it;
 :func:`register_attention` registers hf_trajpe's attention functions with transformers (``patch`` calls
 it when needed). See docs/patching.md::
 
@@ -40,6 +41,8 @@ __all__ = [
     "unit_boundary_ids",
     "LayerMap",
     "LayerMapHandle",
+    # context extension chosen on evidence (hf_trajpe.extension)
+    "extend",
     # building blocks (hf_trajpe.encodings)
     "sinusoidal_encoding",
     "sinusoidal_frequencies",
@@ -80,6 +83,7 @@ _SOURCES: dict[str, str] = {
         "patching": ("patch", "unpatch", "get_handle", "from_pretrained", "load_patch", "save_patch",
                      "PatchConfig", "PatchHandle", "LayerMap", "LayerMapHandle", "SUPPORTED", "register_attention",
                      "unit_boundary_ids"),
+        "extension": ("extend",),
         "encodings": ("sinusoidal_encoding", "sinusoidal_frequencies", "SinusoidalTable", "rotary_cos_sin",
                       "rotary_inv_freq", "apply_rotary", "rotate_half", "rotate_every_two", "alibi_slopes",
                       "alibi_bias", "trajectory_positions", "TrajectoryPast", "interpolate_rows",

@@ -80,7 +80,7 @@ def test_version_is_a_plain_string():
 
 #: argv -> texts that only that command's help prints
 HELPS = {
-    (): ["usage: hf-trajpe [-h] COMMAND", "bench", "data", "demo", "eval", "lm-eval", "study"],
+    (): ["usage: hf-trajpe [-h] COMMAND", "bench", "data", "demo", "eval", "extend", "lm-eval", "study"],
     ("study",): ["usage: hf-trajpe study", "--config", "--quick", "key=value", "hf-trajpe study --config"],
     ("bench",): ["usage: hf-trajpe bench", "{encoding,models,decode,memory,alibi,remap,all}", "--repeats", "--dim"],
     ("bench", "encoding"): ["usage: hf-trajpe bench", "encoding only (override the size)"],
@@ -90,6 +90,8 @@ HELPS = {
     ("data", "build"): ["usage: hf-trajpe data build", "--out OUT", "--min-chars", "(default: 2000)"],
     ("data", "show"): ["usage: hf-trajpe data show", "type", "-n N"],
     ("demo",): ["usage: hf-trajpe demo", "--strength", "alpha in [0, 1]", "--sentence"],
+    ("extend",): ["usage: hf-trajpe extend", "--to N", "--validation FILE_OR_DIR", "--ruler-prompts K", "--quick",
+                  "hf-trajpe extend --model"],
     ("lm-eval",): ["usage: hf-trajpe lm-eval", "--encoding", "--option KEY=VALUE", "--write-data DIR",
                    "hf-trajpe lm-eval --write-data"],
 }
@@ -163,6 +165,15 @@ BAD_ARGS = [
                                                                                        "not KEY=VALUE"]),
     (("lm-eval", "--write-data", "d", "--encoding", "rotary"), ["argument --encoding", "invalid choice"]),
     (("study", "--config", "missing.yaml"), ["argument --config", "no file at 'missing.yaml'"]),
+    (("extend", "--model", "no_such_model"), ["argument --model", "not a hub name"]),
+    (("extend", "--model", "org/model"), ["give the length to read: --to N"]),
+    (("extend", "--model", "org/model", "--to", "1x"), ["argument --to", "multiple of the trained length above 1"]),
+    (("extend", "--model", "org/model", "--to", "2x", "--methods", "yarn", "longrope"),
+     ["argument --methods", "unknown method 'longrope'", "dca_yarn"]),
+    (("extend", "--model", "org/model", "--quick", "--kinds", "poems"), ["--kinds: unknown poems", "stdlib"]),
+    (("extend", "--model", "org/model", "--quick", "--tolerance", "-1"), ["argument --tolerance", "from 0 to 100"]),
+    (("extend", "--model", "org/model", "--quick", "--validation", "mine.txt"), ["argument --validation",
+                                                                                 "no file or folder at 'mine.txt'"]),
 ]
 
 

@@ -152,7 +152,7 @@ LAYERS = (
     {"data"},
     {"evaluation"},
     {"training"},
-    {"study", "benchmarks", "coverage", "integrations"},
+    {"study", "benchmarks", "coverage", "integrations", "extension"},
     {"commands"},
     {"cli", "__main__"},
 )
