@@ -386,11 +386,40 @@ def bench() -> str:
         "[docs/results/bench/gpu](docs/results/bench/gpu/README.md)")
 
 
+def extend_quick() -> str:
+    """``make run``'s record: the candidates' validation perplexity, the choice, and the test reads per kind of text
+    for stock, YaRN and the chosen method (docs/results/extend/quick/extension.json)."""
+    rel = "extend/quick"
+    d = _load(f"{rel}/extension.json")
+    chosen = d["chosen"]["name"]
+    out = ["| candidate | validation ppl inside / past | within 1% of stock inside | test ppl past the trained length, "
+           "per kind |", "|---|---:|---|---|"]
+    kinds = list(d["test"]["documents"])
+    for cand in d["candidates"]:
+        v = cand.get("validation")
+        if v is None:
+            continue
+        name = f"**{cand['name']}** (chosen)" if cand["name"] == chosen else cand["name"]
+        tested = d["test"]["methods"].get(cand["name"])
+        per_kind = "; ".join(
+            f"{kind} " + ", ".join(f"{w['label']}: {w['ppl']:.2f}" for w in tested["windows"][kind] if w["low"] >= 1)
+            for kind in kinds) if tested else "-"
+        out.append(f"| {name} | {v['ppl_inside']:.3f} / {v['ppl_past']:.3f} | {'yes' if v['eligible'] else 'no'} | "
+                   f"{per_kind} |")
+    costs, precision = d["costs"], d["precision"]
+    found = ", ".join(f"{m} {int(r['found'] * r['prompts'])}/{r['prompts']}" for m, r in d["needles"]["methods"].items())
+    return "\n".join(out) + "\n\n" + _source(
+        f"{rel}/extension.md", f"; SmolLM2-135M with its trained length taken as {d['trained_length']:,} (its config "
+        f"says {d['config_trained_length']:,}) read to {d['target_length']:,}: one validation document, one test "
+        f"document per kind, no interval; {precision['dtype']} ({precision['reason']}), {d['machine']['cpu']}; "
+        f"needle prompts: {found}; {costs['reads_cpu_seconds']:.0f} CPU s of reads")
+
+
 TABLES: dict[str, Callable[[], str]] = {"content_study": content_study, "tasks": tasks,
                                         "extension_remap": extension_remap, "ruler": ruler,
                                         "ruler_haystacks": ruler_haystacks,
                                         "extension_study": extension_study,
-                                        "recovery": recovery, "bench": bench}
+                                        "recovery": recovery, "bench": bench, "extend_quick": extend_quick}
 
 
 def render(text: str, tables: dict[str, Callable[[], str]] | None = None) -> tuple[str, list[str]]:
