@@ -387,37 +387,32 @@ def bench() -> str:
 
 
 def extend_quick() -> str:
-    """``make run``'s record: the candidates' validation perplexity, the choice, and the test reads per kind of text
-    for stock, YaRN and the chosen method (docs/results/extend/quick/extension.json)."""
+    """``make run``'s record in a few lines: each candidate's validation perplexity past the trained length, which
+    were eligible, the choice, the needle prompts (docs/results/extend/quick/extension.json)."""
+    import textwrap
+
     rel = "extend/quick"
     d = _load(f"{rel}/extension.json")
     chosen = d["chosen"]["name"]
-    out = ["| candidate | validation ppl inside / past | within 1% of stock inside | test ppl past the trained length, "
-           "per kind |", "|---|---:|---|---|"]
-    kinds = list(d["test"]["documents"])
+    parts = []
     for cand in d["candidates"]:
         v = cand.get("validation")
         if v is None:
             continue
-        name = f"**{cand['name']}** (chosen)" if cand["name"] == chosen else cand["name"]
-        tested = d["test"]["methods"].get(cand["name"])
-        per_kind = "; ".join(
-            f"{kind} " + ", ".join(f"{w['label']}: {w['ppl']:.2f}" for w in tested["windows"][kind] if w["low"] >= 1)
-            for kind in kinds) if tested else "-"
-        out.append(f"| {name} | {v['ppl_inside']:.3f} / {v['ppl_past']:.3f} | {'yes' if v['eligible'] else 'no'} | "
-                   f"{per_kind} |")
-    costs, precision = d["costs"], d["precision"]
+        text = f"{cand['name']} {v['ppl_past']:.3f}"
+        if not v["eligible"]:
+            text += f" (not eligible: {v['inside_vs_stock_percent']:+.1f}% inside)"
+        parts.append(f"**{text} (chosen)**" if cand["name"] == chosen else text)
     found = ", ".join(f"{m} {int(r['found'] * r['prompts'])}/{r['prompts']}" for m, r in d["needles"]["methods"].items())
-    return "\n".join(out) + "\n\n" + _source(
-        f"{rel}/extension.md", f"; SmolLM2-135M with its trained length taken as {d['trained_length']:,} (its config "
-        f"says {d['config_trained_length']:,}) read to {d['target_length']:,}: one validation document, one test "
-        f"document per kind, no interval; {precision['dtype']} ({precision['reason']}), {d['machine']['cpu']}; "
-        f"needle prompts: {found}; {costs['reads_cpu_seconds']:.0f} CPU s of reads")
-
+    body = (f"SmolLM2-135M, its trained length taken as {d['trained_length']:,} (its config says "
+            f"{d['config_trained_length']:,}), read to {d['target_length']:,}; validation perplexity past "
+            f"{d['trained_length']:,} (one document): {', '.join(parts)}; needle prompts {found}; "
+            f"{d['costs']['reads_cpu_seconds']:.0f} CPU s of reads, {d['precision']['dtype']}, {d['machine']['cpu']}. "
+            + _source(f"{rel}/README.md", " (the test reads per kind of text)"))
+    return "\n".join(textwrap.wrap(body, 118, break_long_words=False, break_on_hyphens=False))
 
 TABLES: dict[str, Callable[[], str]] = {"content_study": content_study, "tasks": tasks,
                                         "extension_remap": extension_remap, "ruler": ruler,
-                                        "ruler_haystacks": ruler_haystacks,
                                         "extension_study": extension_study,
                                         "recovery": recovery, "bench": bench, "extend_quick": extend_quick}
 
@@ -761,6 +756,7 @@ def content_standing() -> str:
 FILES: dict[str, dict[str, Callable[[], str]]] = {
     "README.md": TABLES,
     "docs/results/README.md": {"content_standing": content_standing},
+    "docs/results/ruler/smollm2_haystacks/README.md": {"ruler_haystacks": ruler_haystacks},
     "docs/results/tasks/README.md": {"tasks_known": tasks_known, "tasks_tokens": tasks_tokens,
                                      "tasks_trajectory": tasks_trajectory},
     "docs/results/extension/README.md": {"extension_zero_shot": extension_zero_shot,

@@ -28,6 +28,9 @@ QUICK = {"to": "2x", "methods": ["yarn", "dca", "self_extend"], "validation_docu
 #: on a CPU where bfloat16 is not fast (``--dtype auto`` reads in float32 there), the quick profile extends from
 #: this length instead of a longer trained one: a read of twice SmolLM2's 8,192 tokens takes minutes there
 QUICK_SLOW_TRAINED = 2048
+#: and from this one on a CPU without any bfloat16 units (AVX2 only), whose float32 reads SmolLM2 about 3x slower
+#: still (2,048 tokens in 13.3 CPU s against 4.2 on an Intel Xeon with AMX)
+QUICK_SLOWEST_TRAINED = 1024
 DEFAULTS = {"to": None, "methods": None, "validation_documents": 3, "kinds": ["stdlib", "license", "man"],
             "documents": 2, "ruler_prompts": 0, "bootstrap": 2000}
 
@@ -133,7 +136,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true",
                    help="the quick profile: to 2x, candidates yarn dca self_extend, one validation document, one test "
                         "document of man and of stdlib, one needle prompt per method; where bfloat16 is not fast, "
-                        f"extended from {QUICK_SLOW_TRAINED:,} tokens (options given still apply; docs/extend.md)")
+                        f"extended from {QUICK_SLOW_TRAINED:,} tokens ({QUICK_SLOWEST_TRAINED:,} on a CPU without "
+                        "bfloat16 units; options given still apply; docs/extend.md)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
@@ -192,10 +196,15 @@ def run(args: argparse.Namespace) -> int:
     if args.quick and args.trained_length is None and trained > QUICK_SLOW_TRAINED and args.dtype == "auto":
         _, precision = resolve_dtype("auto")
         if precision["dtype"] != "bfloat16":
-            note = (f"quick profile: {precision['reason']}, so a read of {2 * trained:,} tokens takes minutes here; "
-                    f"this run extends from {QUICK_SLOW_TRAINED:,} tokens (the model's own trained length is "
-                    f"{trained:,}); for its own: hf-trajpe extend --model {args.model} --to 2x")
-            trained = QUICK_SLOW_TRAINED
+            from ..benchmarks.machine import cpu_bfloat16_units
+
+            units = cpu_bfloat16_units()
+            slow = QUICK_SLOWEST_TRAINED if units is not None and not units["units"] else QUICK_SLOW_TRAINED
+            why = precision["reason"] + ("; this CPU has no bfloat16 units" if slow == QUICK_SLOWEST_TRAINED else "")
+            note = (f"quick profile: {why}, so a read of {2 * trained:,} tokens takes minutes here; this run extends "
+                    f"from {slow:,} tokens (the model's own trained length is {trained:,}); for its own: hf-trajpe "
+                    f"extend --model {args.model} --to 2x")
+            trained = slow
             print(note, file=sys.stderr, flush=True)
     to = opts["to"]
     target = int(round(float(to[:-1]) * trained)) if to.endswith("x") else int(to)
