@@ -403,7 +403,8 @@ def extend_quick() -> str:
         if not v["eligible"]:
             text += f" (not eligible: {v['inside_vs_stock_percent']:+.1f}% inside)"
         parts.append(f"**{text} (chosen)**" if cand["name"] == chosen else text)
-    found = ", ".join(f"{m} {int(r['found'] * r['prompts'])}/{r['prompts']}" for m, r in d["needles"]["methods"].items())
+    needles = d["needles"]["methods"]
+    found = ", ".join(f"{m} {int(r['found'] * r['prompts'])}/{r['prompts']}" for m, r in needles.items())
     body = (f"SmolLM2-135M, its trained length taken as {d['trained_length']:,} (its config says "
             f"{d['config_trained_length']:,}), read to {d['target_length']:,}; validation perplexity past "
             f"{d['trained_length']:,} (one document): {', '.join(parts)}; needle prompts {found}; "
