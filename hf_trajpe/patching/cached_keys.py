@@ -56,7 +56,7 @@ def _prepared_update(cache, key_states: torch.Tensor, value_states: torch.Tensor
     stock = type(cache).update
     readers = cache.__dict__.get(READERS_ATTR)
     if readers:
-        _check_reader(readers)
+        _check_reader(cache, readers)
     ref = cache.__dict__.get(PREPARE_ATTR, {}).get(layer_idx)
     state = ref() if ref is not None else None
     step = state.step if state is not None else None
@@ -82,12 +82,16 @@ def claim_cache(cache, state) -> None:
         cache.update = types.MethodType(_prepared_update, cache)
 
 
-def _check_reader(readers: dict) -> None:
-    """Refuse an update of a claimed cache outside a forward of a patch that claimed it."""
+def _check_reader(cache, readers: dict) -> None:
+    """Refuse an update of a claimed cache outside a forward of a patch that claimed it; an emptied cache
+    (``reset()``, cropped to nothing) holds no positions any more and is free again."""
     for ref, _ in readers.values():
         state = ref()
         if state is not None and state.guard.held():
             return
+    if int(cache.get_seq_length()) == 0:
+        del cache.__dict__[READERS_ATTR]
+        return
     patches = "; ".join(dict.fromkeys(described for _, described in readers.values()))
     raise RuntimeError(
         f"this KV cache was filled by a model patched with {patches} and holds that patch's positions, which "

@@ -133,9 +133,10 @@ class PatchHandle:
 
     @property
     def kernel(self) -> str | None:
-        """The kernel that computed this patch's attention in the last forward (a remap's ``kernel`` option, with
-        ``"auto"`` resolved for that input: ``"cpu_fused"``, ``"flex"`` or ``"materialised"``); ``None`` before
-        the first forward and for schemes that run the model's own attention."""
+        """The kernel that computed this patch's attention in the last layer of the last forward (a remap's ``kernel``
+        option, with ``"auto"`` resolved for that input: ``"cpu_fused"``, ``"flex"`` or ``"materialised"``; under
+        ``auto`` layers may differ, e.g. frozen layers without autograd beside trained ones); ``None`` before the
+        first forward and for schemes that run the model's own attention."""
         return self.state.kernel_used
 
     @contextlib.contextmanager

@@ -139,3 +139,17 @@ def test_a_cache_filled_under_one_patch_is_refused_by_any_other_reader(first, se
             step(model, ids[:, 20:21], cache)
     with hf_trajpe.patch(model, first[0], **first[1]):  # the same patch again continues it
         step(model, ids[:, 20:21], cache)
+
+
+def test_an_emptied_cache_is_free_for_any_reader():
+    """After ``reset()`` a cache holds no positions: the stock model (or another patch) may fill it again."""
+    model = build("llama")
+    ids = random_ids(30)
+    with hf_trajpe.patch(model, "dca", **METHODS["dca"]):
+        cache = prefill(model, ids[:, :20])
+    cache.reset()
+    assert cache.get_seq_length() == 0
+    want = output(model, input_ids=ids[:, :5])
+    with torch.no_grad():
+        got = model(input_ids=ids[:, :5], use_cache=True, **{cache_kwarg(): cache}).logits
+    torch.testing.assert_close(got, want, **TOL)

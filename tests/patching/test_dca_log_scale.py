@@ -50,20 +50,38 @@ def test_within_the_trained_length_it_changes_nothing():
         assert torch.equal(output(model, input_ids=ids), got)
 
 
-def test_per_row_and_cached_decoding_equal_one_forward():
-    """Each row's factor follows its own real tokens (a padded row equals the sequence alone), and a decoding step
-    at length n uses n's factor: its logits are the last of one forward over those n tokens (the earlier positions
-    of that forward differ from the prefill's, read at another length, as under any length-dependent scale)."""
+def test_each_row_takes_its_own_length_left_or_right_padded():
+    """A row's factor follows its own real tokens: a left- or right-padded row equals the sequence alone."""
     model = build("llama")
     ids, mask = left_padded((170, 131), seed=4)
+    right_ids = torch.zeros_like(ids)
+    right_ids[0], right_ids[1, :131] = ids[0], ids[1, 39:]
+    right_mask = torch.zeros_like(mask)
+    right_mask[0], right_mask[1, :131] = 1, 1
     with hf_trajpe.patch(model, "dca", log_scale=0.05, **OPTIONS):
-        full = output(model, input_ids=ids, attention_mask=mask)
-        alone = output(model, input_ids=ids[1:, 39:])
-        steps = cached_logits(model, ids, mask, prefix=160)
-        for t in (160, 165, 169):
-            last = output(model, input_ids=ids[:, :t + 1], attention_mask=mask[:, :t + 1])[:, -1]
-            torch.testing.assert_close(steps[:, t], last, rtol=1e-4, atol=1e-5)
-    torch.testing.assert_close(full[1, 39:], alone[0], **TOL)
+        alone = output(model, input_ids=ids[1:, 39:])[0]
+        left = output(model, input_ids=ids, attention_mask=mask)[1, 39:]
+        right = output(model, input_ids=right_ids, attention_mask=right_mask)[1, :131]
+    torch.testing.assert_close(left, alone, **TOL)
+    torch.testing.assert_close(right, alone, **TOL)
+
+
+def test_each_forward_scales_at_its_rows_lengths(monkeypatch):
+    """The factor of every forward is each row's own real length so far: the prefill's rows at theirs, each decoding
+    step one more (what the KV cache holds was computed at the lengths it was read at, as in the reference)."""
+    from hf_trajpe.patching.schemes.remap.dca import DualChunk
+
+    seen = []
+    real = DualChunk.score_scale
+    monkeypatch.setattr(DualChunk, "score_scale", lambda self, kp: seen.append(real(self, kp)) or seen[-1])
+    model = build("llama")
+    trained = model.config.max_position_embeddings
+    ids, mask = left_padded((170, 131), seed=4)
+    with hf_trajpe.patch(model, "dca", log_scale=0.05, **OPTIONS):
+        cached_logits(model, ids, mask, prefix=160)
+    lengths = [(160 + k, 121 + k) for k in range(11)]  # the prefill, then one token per step
+    want = torch.tensor([[factor(a, trained), factor(b, trained)] for a, b in lengths])
+    torch.testing.assert_close(torch.stack(seen), want, rtol=1e-6, atol=1e-6)
 
 
 def test_saved_only_when_set(tmp_path):

@@ -165,3 +165,31 @@ def test_the_kernel_option_is_checked_and_not_saved(tmp_path):
     reloaded = hf_trajpe.from_pretrained(tmp_path).eval()
     torch.testing.assert_close(output(reloaded, input_ids=ids), want, **TOL)
     assert hf_trajpe.get_handle(reloaded).kernel == "cpu_fused"  # auto again
+
+
+@pytest.mark.parametrize("sinks", [False, True])
+def test_the_merge_by_log_sum_exp_is_exact_and_differentiable(sinks):
+    """What the fused kernels merge (per key segment: the softmax over it and its log-sum-exp) is the softmax over
+    all keys, with a sink logit per head where given, and its gradient is that of the one softmax (FlexAttention
+    trains through the merge on CUDA)."""
+    from hf_trajpe.patching.schemes.remap.kernels.base import merge_by_lse
+
+    torch.manual_seed(0)
+    b, g, rep, n, d = 2, 2, 2, 5, 4
+    scores = [torch.randn(b, g, rep * n, w, dtype=torch.float64, requires_grad=True) for w in (3, 6)]
+    values = [torch.randn(b, g, w, d, dtype=torch.float64) for w in (3, 6)]
+    sink = torch.randn(g * rep, dtype=torch.float64) if sinks else None
+    outs = [torch.softmax(s, dim=-1) @ v for s, v in zip(scores, values, strict=True)]
+    lses = [torch.logsumexp(s, dim=-1) for s in scores]
+    merged = merge_by_lse(outs, lses, torch.float64, sink, rep)
+    every = torch.cat(scores, dim=-1)
+    if sinks:
+        column = sink.reshape(1, g, rep, 1, 1).expand(b, g, rep, n, 1).reshape(b, g, rep * n, 1)
+        every = torch.cat((every, column), dim=-1)
+    weights = torch.softmax(every, dim=-1)[..., :9]
+    want = weights @ torch.cat(values, dim=2)
+    torch.testing.assert_close(merged, want)
+    grads = torch.autograd.grad(merged.square().sum(), scores)
+    wants = torch.autograd.grad(want.square().sum(), scores)
+    for got, ref in zip(grads, wants, strict=True):
+        torch.testing.assert_close(got, ref)

@@ -9,7 +9,8 @@ attention, STRING and Self-Extend over units of meaning.
 - ``keys.py``: the rotation tables of a forward and the keys rotated into the KV cache; ``units.py``: the units
   of meaning Self-Extend over units groups by.
 
-The engine (plan, state, attention functions) knows none of this: it asks the scheme (``Scheme.attends``,
+The engine (plan, state, attention functions) imports none of this: it knows "remap" only as a kind of contribution
+(what a scheme contributes decides where it enters the model) and asks the scheme (``Scheme.attends``,
 ``Scheme.attend``, ``Scheme.rotate_new_keys``, ``Scheme.read_units`` and the model checks).
 """
 

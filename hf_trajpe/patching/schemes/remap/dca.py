@@ -16,9 +16,10 @@ sequence no longer than ``chunk_size`` gets its true distances (the stock model)
 ``log_scale`` (off by default, the paper's method): the reference code also multiplies cos and sin by
 ``1 + c ln(n / P)`` once a sequence of ``n`` tokens is longer than the trained length ``P`` (``c = 0.05``, its
 ``get_mscale``), so every score by the square of that (a temperature, as YaRN's). Here ``n`` is each row's count
-of real tokens, read so far, so a padded row equals the sequence alone and cached decoding equals one forward over
-the whole sequence; the reference's cached keys keep the factor of the length at which they entered the cache,
-and its tables keep the largest factor seen until they are rebuilt.
+of real tokens read so far, so a padded row (left or right) equals the sequence alone. A decoding step scores its
+new query at its own length's factor; what the KV cache holds was computed at the lengths it was read at, as in
+the reference's cache (whose keys keep the factor of their length, and whose tables keep the largest factor seen
+until rebuilt), so cached decoding is not one forward over the whole sequence at its final length.
 """
 
 from __future__ import annotations
@@ -93,12 +94,12 @@ class DualChunk(RemapScheme):
 
     def score_scale(self, key_positions: torch.Tensor) -> torch.Tensor | None:
         """``(1 + c ln(n / P))^2`` per row (1 up to ``P``), ``n`` the row's real tokens so far (``[b, t]`` ranks:
-        its last key's rank + 1); ``None`` when off."""
+        the largest + 1; pads have rank 0, wherever they are); ``None`` when off."""
         if not self.log_scale:
             return None
-        n = key_positions[:, -1].to(torch.float64) + 1
+        n = key_positions.amax(dim=1).to(torch.float32) + 1
         factor = 1 + self.log_scale * torch.log(torch.clamp(n / self.trained, min=1.0))
-        return (factor * factor).to(torch.float32)
+        return factor * factor
 
     def regions(self, query_positions, key_positions):
         c, size = self.chunk, float(self.chunk_size)

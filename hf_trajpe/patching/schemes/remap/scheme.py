@@ -113,7 +113,8 @@ class RemapScheme(Scheme):
     attention_implementations = ("eager", "sdpa")
     attention_refusals: ClassVar[dict[str, str]] = {
         "flex_attention": "its scores come from several rotations of each query and key, selected per pair, which "
-                          "a flex score_mod (one score from one rotated q and k) cannot compute",
+                          "a flex score_mod (one score from one rotated q and k) cannot compute; load the model with "
+                          "sdpa and patch with kernel='flex' for FlexAttention per region",
     }
 
     def __init__(self, plan) -> None:

@@ -97,7 +97,8 @@ def merge_by_lse(outputs: list[torch.Tensor], lses: list[torch.Tensor], dtype: t
         sink = sinks.to(torch.float32).reshape(1, g, rep, 1).expand(b, g, rep, m // rep).reshape(b, g, m)
         total = torch.logaddexp(total, sink)
     acc = torch.promote_types(dtype, torch.float32)
-    weights = torch.exp(stacked - total).nan_to_num_(0.0).to(acc)  # a query with no key at all: -inf - -inf
+    # a query with no key at all: -inf - -inf; out of place, as the backward of exp reads its output
+    weights = torch.exp(stacked - total).nan_to_num(0.0).to(acc)
     merged = outputs[0].to(acc) * weights[0, ..., None]
     for out, weight in zip(outputs[1:], weights[1:], strict=True):
         merged.addcmul_(out.to(acc), weight[..., None])

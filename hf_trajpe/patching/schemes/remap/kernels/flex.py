@@ -12,10 +12,12 @@ heads are read without repeating keys and values (``enable_gqa``); soft-capped l
 learned sink logit per head is one more term of the merged log-sum-exp.
 
 The block masks depend on the positions and the attention mask only, so a forward builds them once for all its
-layers. On CUDA, ``flex_attention`` and ``create_block_mask`` are compiled with dynamic shapes: once per shape
-class (dtype, head counts and widths, with or without a mask), not once per length. On the CPU FlexAttention runs
-unfused (eager): exact and used by the tests, but slower than ``cpu_fused``, so ``kernel="auto"`` takes it on CUDA
-only. torch has no FlexAttention backward on the CPU: training through it needs a GPU.
+layers. On CUDA, ``flex_attention`` is compiled once and ``create_block_mask`` too for a prefill; torch's automatic
+dynamic shapes recompile once when a length first changes and then treat it as symbolic, so not once per length.
+On the CPU FlexAttention runs unfused (eager): exact and used by the tests, but slower than ``cpu_fused``, so
+``kernel="auto"`` takes it on CUDA only. torch has no FlexAttention backward on the CPU: training through it needs
+a GPU. (The CUDA paths are written from torch's documentation and source; their first run is ``make
+bench-gpu-remap``.)
 
 Shape legend: ``b`` batch, ``h`` query heads, ``g`` key/value heads, ``n`` queries, ``t`` keys, ``d`` head width.
 """
@@ -56,7 +58,17 @@ def flex_available() -> bool:
 
 @functools.cache
 def _compiled_attention():
-    return torch.compile(_api()[0], dynamic=True)
+    """``flex_attention`` compiled once; torch's automatic dynamic shapes make a length that changes symbolic after
+    the first recompile, while the batch stays static where it does not change (which flex's decoding kernel
+    needs)."""
+    return torch.compile(_api()[0])
+
+
+@functools.cache
+def _compiled_block_mask():
+    """``create_block_mask`` compiled (torch's advice in place of its deprecated ``_compile=True``): it then reads
+    the pairs block by block instead of evaluating every pair at once."""
+    return torch.compile(_api()[1])
 
 
 def _attention(device: torch.device):
@@ -88,15 +100,16 @@ def _block_masks(call: RemapCall) -> tuple[list, torch.Tensor | None]:
     ``None``); built once per forward for the layers given the same mask."""
     b, n, t = call.query.shape[0], call.query.shape[2], call.key.shape[2]
     memo = call.st.step.memo
-    memo_key = ("remap_flex", n, t, len(call.tables), call.query.device)
+    # (per mask object: layers of two kinds, sliding and full, alternate; the id of a freed mask can be reused, so
+    # the object itself is compared too)
+    memo_key = ("remap_flex", n, t, len(call.tables), call.query.device, id(call.attention_mask))
     hit = memo.get(memo_key)
-    if hit is not None and hit[0] is call.attention_mask:  # (the id of a freed mask can be reused: the object)
+    if hit is not None and hit[0] is call.attention_mask:
         return hit[1], hit[2]
     scheme, allowed = call.st.scheme, _allowed(call)
     queries, keys = call.query_positions.to(call.query.device), call.key_positions.to(call.query.device)
     offset = t - n
     device = call.query.device
-    create = _api()[1]
 
     def region_mask(region: int):
         def mask_mod(bi, hi, qi, ki):
@@ -108,7 +121,8 @@ def _block_masks(call: RemapCall) -> tuple[list, torch.Tensor | None]:
         return mask_mod
 
     compiled = device.type == "cuda" and n * t > COMPILE_MASK_PAIRS  # (a prefill; a decoding step reads t pairs)
-    masks = [create(region_mask(r), b, None, n, t, device=device, BLOCK_SIZE=BLOCK_SIZE, _compile=compiled)
+    create = _compiled_block_mask() if compiled else _api()[1]
+    masks = [create(region_mask(r), b, None, n, t, device=device, BLOCK_SIZE=BLOCK_SIZE)
              for r in range(len(call.tables))]
     blind = None
     if allowed is not None and call.sinks is None:
@@ -152,7 +166,9 @@ class Flex(Kernel):
         g, dv = call.value.shape[1], call.value.shape[-1]
         rep = h // g
         masks, blind = _block_masks(call)
-        keys = call.rotated_keys(whole=n > 1)  # (a decoding step reads the cache's copies in place, uncopied)
+        # a decoding step reads a prepared cache's copies in place, uncopied; keys the model cached unrotated are
+        # rotated once per key rotation, not once per region that reads them
+        keys = call.rotated_keys(whole=n > 1 or not call.prepared)
         attention, aux = _attention(call.query.device), _api()[2]
         softcap = call.softcap
         score_mod = None if softcap is None else (lambda score, bi, hi, qi, ki: torch.tanh(score / softcap) * softcap)
