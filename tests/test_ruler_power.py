@@ -34,3 +34,14 @@ def test_the_size_gives_about_the_power_asked_for():
     statistic = (b - c) ** 2 / np.maximum(b + c, 1)
     power = float(np.mean(statistic > 1.959964 ** 2))
     assert 0.74 < power < 0.88
+
+
+def test_the_screening_table_counts_means_costs_and_the_saved_tokens():
+    spec = importlib.util.spec_from_file_location("ruler_screen_summary", ROOT / "scripts" / "ruler_screen_summary.py")
+    summary = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(summary)
+    rows = [{"task": "vt", "length": 4096, "score": s, "cpu_seconds": 10.0 * (i + 1), "generated_tokens": g,
+             "max_new_tokens": 30} for i, (s, g) in enumerate([(1.0, 6), (0.0, 30), (0.5, 30)])]
+    text = summary.table(rows)
+    assert "| vt | 0.50 (3) | - | 20 / - | 66 of 90 |" in text
+    assert "3 prompts; 66 tokens generated of a budget of 90 (27% saved" in text
