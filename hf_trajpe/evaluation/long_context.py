@@ -37,17 +37,21 @@ __all__ = ["WINDOW_EDGES", "LONG_KINDS", "Window", "long_documents", "token_nll"
 LONG_KINDS = ("stdlib", "license", "man")
 
 
-def long_documents(tokenizer, kind: str, min_tokens: int, count: int, split: str = "test") -> list[dict]:
+def long_documents(tokenizer, kind: str, min_tokens: int, count: int, split: str = "test",
+                   files: Sequence[tuple] | None = None) -> list[dict]:
     """Up to ``count`` documents of ``kind`` (``real_text`` kinds) of at least ``min_tokens`` tokens, read whole
     from the files of ``split`` (the split a file's path decides), in the split's fixed order; each
-    ``{"source", "ids"}`` (``ids``: ``[n]`` int64, first ``min_tokens`` tokens)."""
+    ``{"source", "ids"}`` (``ids``: ``[n]`` int64, first ``min_tokens`` tokens). ``files``: the kind's
+    ``(key, path)`` listing in that order, where the caller keeps it (listing the standard library is slow)."""
     from ..data.real_text import KINDS, _order, split_of
 
     if kind not in KINDS:
         raise ValueError(f"unknown kind of real text {kind!r}; kinds: {', '.join(KINDS)}")
-    files, text_of = KINDS[kind]
+    listing, text_of = KINDS[kind]
+    if files is None:
+        files = sorted(listing(), key=lambda kp: _order(kp[0]))
     out = []
-    for key, path in sorted(files(), key=lambda kp: _order(kp[0])):
+    for key, path in files:
         if len(out) >= count:
             break
         if split_of(key) != split:

@@ -57,24 +57,10 @@ def _files(kind: str) -> tuple[tuple[str, Path], ...]:
 
 
 def long_documents(tokenizer, kind: str, min_tokens: int, count: int, split: str) -> list[dict]:
-    """:func:`hf_trajpe.evaluation.long_context.long_documents` (the same files, order and cut) over the file list
-    of :func:`_files`."""
-    from ..data.real_text import KINDS, split_of
+    """:func:`hf_trajpe.evaluation.long_context.long_documents` over the file list of :func:`_files`."""
+    from ..evaluation.long_context import long_documents as documents
 
-    _, text_of = KINDS[kind]
-    out = []
-    for key, path in _files(kind):
-        if len(out) >= count:
-            break
-        if split_of(key) != split:
-            continue
-        text = text_of(path).strip()
-        if len(text) < min_tokens:  # fewer characters than tokens needed: too short whatever the tokenizer
-            continue
-        ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"][0]
-        if ids.numel() >= min_tokens:
-            out.append({"source": f"{kind}:{key}", "ids": ids[:min_tokens].clone()})
-    return out
+    return documents(tokenizer, kind, min_tokens, count, split, files=_files(kind))
 
 
 def _user_documents(tokenizer, target: int, paths: Sequence[str | os.PathLike], count: int) -> list[dict]:
