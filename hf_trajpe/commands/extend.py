@@ -133,6 +133,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="torch threads for the reads (default: torch's, one per core); on a machine where other work "
                         "holds a core, 1 is faster: the remaps' fused kernel waits for a busy thread at every call")
     p.add_argument("--seed", type=int, default=0, help="seed of the needle prompts and the bootstrap (default: 0)")
+    p.add_argument("--finetune", type=_args.int_at_least(1, "the number of fine-tuning steps"), default=None,
+                   metavar="STEPS", help="after the choice, train the chosen frequency scaling (for a remap: the best "
+                                         "one) with PoSE for STEPS steps on the --validation text (else this machine's "
+                                         "real text, train split) through the accelerate recipe, and read the tuned "
+                                         "model beside the choice (docs/extend.md)")
+    p.add_argument("--finetune-set", nargs="+", default=[], metavar="KEY=VALUE",
+                   help="dotted overrides of the fine-tune's recipe config, e.g. optimizer.lr=1e-4 "
+                        "train.batch_size=2 (docs/finetune.md)")
+    p.add_argument("--accelerate-config", type=_existing, default=None, metavar="FILE",
+                   help="accelerate config of the fine-tune (default: one CPU process, configs/accelerate/cpu.yaml; "
+                        "configs/accelerate/gpu.yaml for a GPU)")
     p.add_argument("--quick", action="store_true",
                    help="the quick profile: to 2x, candidates yarn dca self_extend, one validation document, one test "
                         "document of man and of stdlib, one needle prompt per method; where bfloat16 is not fast, "
@@ -145,6 +156,8 @@ def check(args: argparse.Namespace) -> None:
     if args.to is None and not args.quick:
         raise ValueError("give the length to read: --to N (tokens) or --to Kx (times the trained length), or --quick")
     kinds = DEFAULTS["kinds"]  # (evaluation.long_context.LONG_KINDS, without importing torch)
+    if args.finetune_set and not args.finetune:
+        raise ValueError("--finetune-set changes the fine-tune's config: give --finetune STEPS too")
     bad = [k for k in args.kinds or [] if k not in kinds]
     if bad:
         raise ValueError(f"--kinds: unknown {', '.join(bad)}; kinds of long real text: {', '.join(kinds)}")
@@ -215,6 +228,8 @@ def run(args: argparse.Namespace) -> int:
                         validation_documents_count=opts["validation_documents"], ruler_prompts=opts["ruler_prompts"],
                         tolerance=args.tolerance, dtype=args.dtype, seed=args.seed, n_resamples=opts["bootstrap"],
                         progress=not args.no_progress, source=args.model, tokenizer_source=str(tokenizer_source),
-                        notes=[note] if note else [])
+                        notes=[note] if note else [], finetune_steps=args.finetune or 0,
+                        finetune_overrides=args.finetune_set, accelerate_config=args.accelerate_config,
+                        threads=args.threads)
     print(screen(result.record))
     return 0

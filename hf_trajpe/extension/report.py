@@ -120,6 +120,22 @@ def _needle_lines(record: dict) -> list[str]:
     return lines
 
 
+def _finetune_lines(record: dict) -> list[str]:
+    f = record.get("finetune")
+    if not f:
+        return []
+    text = f["text"] if isinstance(f["text"], str) else "your text (" + ", ".join(f["text"]) + ")"
+    held = f.get("held_out")
+    curve = (f"; perplexity of the held-out blocks of that text {held['first']['perplexity']:.3f} at step "
+             f"{held['first']['step']}, {held['last']['perplexity']:.3f} at step {held['last']['step']}"
+             if held else "")
+    return [f"\n## Fine-tune: {f['name']}\n",
+            _sentence(f"{f['why']}: {f['steps']} steps of PoSE (windows whose position ids skip up to "
+                      f"{record['target_length']:,}) on {text}, {f['seconds']:.0f} s wall{curve}. It reads the test "
+                      f"documents above as `{f['name']}`; the saved model is `{f['model']}` "
+                      "(`hf_trajpe.from_pretrained`), the recipe's command `" + f["command"] + "`")]
+
+
 def _documents_note(record: dict) -> str:
     docs = record["test"]["documents"]
     n = sum(len(v) for v in docs.values())
@@ -159,7 +175,7 @@ def markdown(record: dict) -> str:
              f"## Validation ({len(r['validation']['documents'])} document(s): "
              f"{', '.join(r['validation']['documents'])})\n", *_candidate_table(r),
              "\n## Test documents (other files than the validation ones)\n", _sentence(_documents_note(r)),
-             *_test_tables(r, chosen["name"]), *_needle_lines(r),
+             *_test_tables(r, chosen["name"]), *_needle_lines(r), *_finetune_lines(r),
              "\n## Costs\n",
              f"CPU seconds of the reads: validation {c['validation_cpu_seconds']:.0f}, test "
              f"{c['test_cpu_seconds']:.0f}, needle prompts {c['needles_cpu_seconds']:.0f}; total "
@@ -279,6 +295,12 @@ def screen(record: dict) -> str:
         lines.append(f"needle prompts ({needles['prompts']} per method, {needles['prompt_tokens']:,} tokens and up to "
                      f"{needles['max_new_tokens']} generated): "
                      + ", ".join(f"{n} {x['found']:g}/{x['prompts']}" for n, x in needles["methods"].items()))
+    f = r.get("finetune")
+    if f:
+        held = f.get("held_out")
+        lines.append(f"fine-tune: {f['name']}, {f['steps']} steps of PoSE in {f['seconds']:.0f} s wall ({f['why']})"
+                     + (f"; held-out perplexity {held['first']['perplexity']:.3f} -> {held['last']['perplexity']:.3f}"
+                        if held else "") + f"; model: {f['model']}")
     c = r["costs"]
     lines.append(f"CPU s of the reads: validation {c['validation_cpu_seconds']:.0f}, test {c['test_cpu_seconds']:.0f}, "
                  f"needles {c['needles_cpu_seconds']:.0f}; {c['wall_seconds_this_call']:.0f} s wall for this call")

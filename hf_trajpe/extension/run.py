@@ -23,6 +23,7 @@ import torch
 
 from ..evaluation.long_context import LONG_KINDS, WINDOW_EDGES, perplexity_by_window, token_nll
 from .candidates import DEFAULT_METHODS, STOCK, YARN, Candidate, build_candidates, yarn_candidate
+from .finetune import FINETUNE_DIR, FinetunePlan, experiment_config, plan_finetune, run_finetune
 from .rule import Rule, Spans, spans
 from .store import RunFolder
 from .texts import check_apart, fingerprint, test_documents, validation_documents
@@ -186,13 +187,13 @@ def _windows(nlls: Sequence[torch.Tensor], trained: int, n_resamples: int) -> li
 
 
 def _needles(model, tokenizer, methods: Sequence[Candidate], samples, folder: RunFolder | None, dtype_name: str,
-             seed: int, model_id: str, progress: bool) -> dict:
+             seed: int, model_id: str, progress: bool, rows_name: str = "needles.jsonl") -> dict:
     from ..evaluation.ruler.rows import RowsFile, run_header
     from ..evaluation.ruler.runner import prompt_key, run_ruler
 
     done, save = {}, None
     if folder is not None:
-        rows = RowsFile(folder.path / "reads" / "needles.jsonl", run_header(dtype_name, seed, {
+        rows = RowsFile(folder.path / "reads" / rows_name, run_header(dtype_name, seed, {
             c.name: {"model": model_id, "patch": c.options} for c in methods}))
         done, save = rows.read(), rows.append
     out = {}
@@ -239,7 +240,9 @@ def extend(model, tokenizer, target_length: int,
            out: str | os.PathLike | None = None, kinds: Sequence[str] = LONG_KINDS, documents: int = 2,
            validation_documents_count: int = 3, ruler_prompts: int = 0, tolerance: float = 1.0,
            dtype: str | torch.dtype | None = None, seed: int = 0, n_resamples: int = 2000, progress: bool = True,
-           source: str | None = None, tokenizer_source: str | None = None, notes: Sequence[str] = ()) -> Extension:
+           source: str | None = None, tokenizer_source: str | None = None, notes: Sequence[str] = (),
+           finetune_steps: int = 0, finetune_overrides: Sequence[str] = (),
+           accelerate_config: str | os.PathLike | None = None, threads: int | None = None) -> Extension:
     """Choose how ``model`` reads ``target_length`` tokens, on evidence, and leave it patched with the choice.
 
     ``validation``: text files or folders to choose on (default: this machine's real text of the validation split,
@@ -252,6 +255,11 @@ def extend(model, tokenizer, target_length: int,
     for the reads (resumable), ``extension.json``, ``extension.md``, the chart and the saved model (``model/``);
     ``None``: nothing written. ``source``/``tokenizer_source``: where the model and tokenizer came from, for the
     record and the model card; ``notes``: sentences for the record, the report and the card (a profile's choice).
+    ``finetune_steps``: after the choice, train the chosen frequency scaling (or, for a remap, the best one) with
+    PoSE for that many steps on ``validation`` (else this machine's real text of the train split) through the
+    accelerate recipe (``accelerate_config``: one CPU process unless given; ``finetune_overrides``: dotted
+    ``key=value`` over its config; ``threads`` per process), and read the tuned model on the same test documents
+    and needle prompts (:mod:`.finetune`); needs ``out``.
 
     Returns an :class:`Extension`; raises ``ValueError`` (one line) for a target at or below the trained length, a
     model without rotary positions, validation text too short for the target, an unknown method, or a folder of
@@ -271,6 +279,8 @@ def extend(model, tokenizer, target_length: int,
                          f"to extend; give a longer target, e.g. --to {2 * trained} (2x)")
     if isinstance(validation, (str, os.PathLike)):
         validation = [validation]
+    if finetune_steps and out is None:
+        raise ValueError("a fine-tune writes its run and model into the output folder: give out (--out)")
     rule = Rule(tolerance)
     candidates = build_candidates(trained, target, methods)
     yarn = next((c for c in candidates if c.name == YARN), None) or yarn_candidate(trained, target)
@@ -308,6 +318,9 @@ def extend(model, tokenizer, target_length: int,
         "test": {k: [{"source": d["source"], "ids": fingerprint(d["ids"])} for d in v] for k, v in test_docs.items()},
         "dtype": precision["dtype"], "seed": seed,
     }
+    if finetune_steps:  # the fine-tune's config, checked before any read (its candidate is settled by the choice)
+        _finetune_config(FinetunePlan(yarn, ""), finetune_steps, out, source, tokenizer_source, trained, target,
+                         validation, precision["dtype"], seed, finetune_overrides)
     folder = RunFolder(out) if out is not None else None
     start_record = {"status": "reading", "run": definition, "rule": definition["rule"],
                     "candidates": [c.to_dict() for c in candidates]}
@@ -335,8 +348,21 @@ def extend(model, tokenizer, target_length: int,
         if samples:
             needles = _needles(model, tok, [c for c in shown if c.name in test], samples, folder,
                                precision["dtype"], seed, model_id, progress)
+    tuned = None
+    if finetune_steps:
+        plan = plan_finetune(candidates, chosen, {n: s.past for n, s in scores.items()}, yarn)
+        cfg = _finetune_config(plan, finetune_steps, out, source, tokenizer_source, trained, target, validation,
+                               precision["dtype"], seed, finetune_overrides, model=model, tokenizer=tok)
+        _log(f"extend: fine-tune: {plan.why}; {finetune_steps} steps of PoSE")
+        tuned = {"plan": plan, **run_finetune(Path(out) / FINETUNE_DIR, cfg, accelerate_config, threads, _log)}
+        _read_tuned(tuned, tok, folder, test_keys, samples, torch_dtype, precision["dtype"], seed, progress, test,
+                    needles, refused)
     record = _record(definition, rule, candidates, chosen, scores, val, refused, test, test_docs, needles, samples,
                      precision, torch_dtype, trained, target, n_resamples, time.perf_counter() - wall)
+    if tuned is not None:
+        record["finetune"] = _finetune_record(tuned, finetune_steps, validation)
+        record["test"]["methods"][tuned["plan"].name]["options"] = tuned["plan"].candidate.options
+        record["costs"]["finetune_wall_seconds"] = tuned["seconds"]
     record["notes"] = list(notes)
     record["config_trained_length"] = _config_trained_length(model)
     result = Extension(chosen, record)
@@ -347,6 +373,52 @@ def extend(model, tokenizer, target_length: int,
         folder.write(record)
     result.handle = _patch(model, chosen)
     return result
+
+
+def _finetune_config(plan: FinetunePlan, steps: int, out, source, tokenizer_source, trained: int, target: int,
+                     validation, dtype_name: str, seed: int, overrides, model=None, tokenizer=None) -> dict:
+    """The recipe's config of the fine-tune; with ``model``, the model (and tokenizer) saved for the recipe first
+    where ``source`` is not a file the recipe can load (a model built in Python, a hub name)."""
+    from ..loading import PACKAGE_PREFIX
+
+    folder = Path(out) / FINETUNE_DIR
+    local = source is not None and (source.startswith(PACKAGE_PREFIX) or Path(source).expanduser().exists())
+    model_path = str(Path(source).expanduser().resolve()) if local and not source.startswith(PACKAGE_PREFIX) \
+        else source if local else str(folder / "base")
+    tokenizer_path = tokenizer_source or model_path
+    if model is not None and not local and not (folder / "base" / "config.json").is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(folder / "base")
+        if tokenizer_source is None:
+            tokenizer.save_pretrained(folder / "base")
+    return experiment_config(plan, steps, source=model_path, tokenizer_source=tokenizer_path,
+                             run_dir=(folder / "run").resolve(), trained=trained, target=target, files=validation,
+                             dtype=dtype_name, seed=seed, overrides=overrides)
+
+
+def _read_tuned(tuned: dict, tok, folder: RunFolder, test_keys, samples, torch_dtype, dtype_name: str, seed: int,
+                progress: bool, test: dict, needles: dict, refused: dict) -> None:
+    """The tuned model (loaded from the recipe's ``final/``) reads the test documents and needle prompts; its reads
+    are added to ``test`` and ``needles`` under its name."""
+    from ..patching import from_pretrained
+
+    name = tuned["plan"].name
+    model = from_pretrained(tuned["model"]).eval()
+    as_read = Candidate(name, None, "tuned", tuned["plan"].why)  # the model as saved: its own rope_parameters
+    with _in_dtype(model, torch_dtype):
+        test.update(_read_stage(model, folder, "test", [as_read], test_keys, refused, progress))
+        if samples:
+            needles.update(_needles(model, tok, [as_read], samples, folder, dtype_name, seed, tuned["model"], progress,
+                                    rows_name="needles_tuned.jsonl"))
+
+
+def _finetune_record(tuned: dict, steps: int, validation) -> dict:
+    plan, curve = tuned["plan"], tuned["curve"]
+    return {"name": plan.name, "trained": plan.candidate.name, "options": plan.candidate.options, "why": plan.why,
+            "steps": steps, "text": [str(p) for p in validation] if validation else "this machine's real text, "
+            "train split (no file of the test documents)", "model": tuned["model"], "command": tuned["command"],
+            "seconds": tuned["seconds"], "curve": curve,
+            "held_out": {"first": curve[0], "last": curve[-1]} if curve else None}
 
 
 def _record(definition, rule, candidates, chosen, scores, val, refused, test, test_docs, needles, samples, precision,

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from ..data.text_files import text_files
 from ..evaluation.long_context import LONG_KINDS
 
 __all__ = ["KIND_NAMES", "check_apart", "fingerprint", "test_documents", "test_file_paths", "text_files",
@@ -27,23 +28,6 @@ KIND_NAMES = {"stdlib": "code (Python standard library)", "license": "prose (lic
 def fingerprint(ids: torch.Tensor) -> str:
     """A short hash of a document's token ids: the same text under the same tokenizer, or not."""
     return hashlib.sha1(ids.to(torch.int64).numpy().tobytes()).hexdigest()[:16]
-
-
-def text_files(paths: Sequence[str | os.PathLike]) -> list[Path]:
-    """Every text file of ``paths`` (a folder: its files, recursively, in name order; hidden ones and files holding
-    NUL bytes skipped); a ``FileNotFoundError`` for a path that does not exist."""
-    out: list[Path] = []
-    for given in paths:
-        path = Path(given).expanduser()
-        if path.is_file():
-            out.append(path)
-        elif path.is_dir():
-            out += [p for p in sorted(path.rglob("*")) if p.is_file() and not p.name.startswith(".")
-                    and not any(part.startswith(".") for part in p.relative_to(path).parts[:-1])]
-        else:
-            raise FileNotFoundError(f"validation text {os.fspath(given)!r} does not exist: give text files or folders "
-                                    f"of them (relative paths start from {Path.cwd()})")
-    return [p for p in out if b"\0" not in p.read_bytes()[:8192]]
 
 
 @functools.cache

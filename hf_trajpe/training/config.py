@@ -260,10 +260,13 @@ class DataConfig:
     ``test`` documents are reserved (never trained on) so the evaluation's test split stays unseen.
     ``balance``: every type gives the same number of training blocks (the smallest type's count).
     ``order``: ``epochs`` (each epoch a permutation of all blocks) or ``random`` (every batch drawn
-    independently, with replacement); both are functions of ``seed`` and resume exactly."""
+    independently, with replacement); both are functions of ``seed`` and resume exactly.
+    ``files``: your own text instead (files, or folders read recursively in name order, joined in order), one
+    content type named ``files``; its last ``eval_blocks`` blocks are held out for the evaluations, never trained on."""
 
     content_types: list[str] = field(default_factory=lambda: [])  # empty = all seven
     path: str | None = None
+    files: list[str] | None = None
     train: int = 200
     validation: int = 20
     test: int = 200
@@ -280,6 +283,12 @@ class DataConfig:
         if self.order not in ORDERS:
             raise ConfigError(f"{where}.order: {self.order!r} is not one of {ORDERS}{_suggest(self.order, ORDERS)}")
 
+        if self.files is not None:
+            if self.path is not None or self.content_types:
+                raise ConfigError(f"{where}.files is your own text, one content type of its own: leave "
+                                  f"{where}.path and {where}.content_types out")
+            if not self.files or not all(isinstance(f, str) and f for f in self.files):
+                raise ConfigError(f"{where}.files: give a list of text files or folders, got {self.files!r}")
         known = list(names(all_types=True))
         for t in self.content_types:
             if t not in known:

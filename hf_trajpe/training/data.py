@@ -58,13 +58,37 @@ def _load_splits(cfg: DataConfig, types: list[str]) -> dict:
                              min_chars=cfg.min_chars) for t in types}
 
 
+#: the content type of a run's own text (``data.files``)
+FILES_TYPE = "files"
+
+
+def _files_run_data(cfg: DataConfig, tokenizer, mode: str) -> RunData:
+    """``data.files`` joined in order and packed into blocks; the last ``eval_blocks`` blocks held out."""
+    from ..data import pack_blocks
+    from ..data.text_files import text_files
+
+    paths = text_files(cfg.files)
+    if not paths:
+        raise FileNotFoundError(f"data.files {cfg.files!r} holds no text file: give files of text, or folders of them")
+    text = "\n\n".join(p.read_text(encoding="utf-8", errors="replace").strip() for p in paths)
+    blocks = torch.tensor(pack_blocks(text, tokenizer, cfg.block_size, mode=mode)["input_ids"], dtype=torch.long)
+    if blocks.shape[0] <= cfg.eval_blocks:
+        raise ValueError(f"data.files: the text makes {blocks.shape[0]} block(s) of {cfg.block_size} tokens, and "
+                         f"{cfg.eval_blocks} are held out for the evaluations (data.eval_blocks); give more text, or "
+                         "lower data.block_size or data.eval_blocks")
+    held = blocks.shape[0] - cfg.eval_blocks
+    return RunData(blocks[:held], {FILES_TYPE: blocks[held:]} if cfg.eval_blocks else {}, [FILES_TYPE])
+
+
 def build_run_data(cfg: DataConfig, tokenizer, mode: str) -> RunData:
     """Training blocks of every type (``data.train`` documents each, the saved split if ``data.path``;
     ``data.balance``: the same number from every type) and up to ``data.eval_blocks`` validation blocks
-    per type."""
+    per type; with ``data.files``, that text alone (:func:`_files_run_data`)."""
     from ..data import pack_blocks
     from ..data.registry import names
 
+    if cfg.files is not None:
+        return _files_run_data(cfg, tokenizer, mode)
     types = list(cfg.content_types or names())
     splits = _load_splits(cfg, types)
     train, evals = [], {}

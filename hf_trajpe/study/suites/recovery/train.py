@@ -14,6 +14,7 @@ from pathlib import Path
 
 import yaml
 
+from ....training.recipe import recipe_env
 from ...config import patch_value
 from ...runs import SUMMARY, Run, check_run_folder
 from ...train import EXPERIMENT, publish
@@ -23,13 +24,6 @@ __all__ = ["RunFailed", "curve", "mean_curve", "recipe_env", "train_recipe", "tr
 
 class RunFailed(RuntimeError):
     """A recipe or evaluation process ended with an error (its own message is above in the output)."""
-
-
-def recipe_env() -> dict:
-    """The environment of the processes started here: the hf_trajpe of this process first on the path."""
-    here = str(Path(__file__).resolve().parents[4])
-    path = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
-    return {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": path}
 
 
 def run_process(cmd: list[str], what: str) -> None:
