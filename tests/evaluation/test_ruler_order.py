@@ -1,0 +1,76 @@
+"""The RULER order analysis: cells with exact intervals, retention against the reference length, the declared
+comparisons with Holm's adjustment (checked against a direct computation and scipy), and the verdicts."""
+
+from __future__ import annotations
+
+import pytest
+import scipy.stats
+
+from hf_trajpe.evaluation.ruler.order import OrderPlan, analyse
+from hf_trajpe.evaluation.ruler.stats import fisher_exact, holm
+
+PLAN = OrderPlan(baseline="stock", extensions=("good", "same", "half"), reference_length=8, main_length=16,
+                 later_lengths=(32,), leading=2)
+
+
+def _rows(method: str, length: int, found: list[int], task: str = "niah_single_1", haystack: str = "noise") -> list:
+    return [{"method": method, "task": task, "haystack": haystack, "length": length, "index": i, "score": float(s)}
+            for i, s in enumerate(found)]
+
+
+def _table() -> list[dict]:
+    n = 30
+    rows = []
+    for hay in ("noise", "real_code"):
+        rows += _rows("stock", 8, [1] * n, haystack=hay) + _rows("stock", 16, [0] * n, haystack=hay)
+        rows += _rows("good", 8, [1] * n, haystack=hay) + _rows("good", 16, [1] * 27 + [0] * 3, haystack=hay)
+        rows += _rows("same", 8, [1] * n, haystack=hay) + _rows("same", 16, [0] * n, haystack=hay)
+        rows += _rows("half", 8, [1] * 20 + [0] * 10, haystack=hay)
+        rows += _rows("half", 16, ([1, 0] * 15) if hay == "noise" else [0] * n, haystack=hay)
+    rows += _rows("other", 16, [1] * n)  # not in the plan: left out
+    return rows
+
+
+def test_the_verdicts_follow_the_holm_adjusted_paired_tests():
+    result = analyse(_table(), PLAN)
+    primary = {(c["a"], c["b"]): c for c in result["primary"]}
+    assert set(primary) == {("good", "stock"), ("same", "stock"), ("half", "stock"), ("real text", "generated text")}
+    good = primary[("good", "stock")]
+    assert (good["n"], good["wins"], good["losses"], good["ties"]) == (60, 54, 0, 6)
+    assert good["p_value"] == pytest.approx(scipy.stats.binomtest(54, 54).pvalue)
+    assert good["verdict"] == "good orders above stock"
+    assert primary[("same", "stock")]["verdict"] == "the data cannot resolve them"
+    p = [c["p_value"] for c in result["primary"]]
+    assert [c["p_holm"] for c in result["primary"]] == pytest.approx(holm(p))
+    # the content comparison: the needle rows of the extensions, real haystacks against generated ones, unpaired
+    content = primary[("real text", "generated text")]
+    real_found, noise_found = 27 + 0 + 0, 27 + 0 + 15
+    assert (content["found_a"], content["n_a"], content["found_b"], content["n_b"]) == (real_found, 90, noise_found, 90)
+    assert content["p_value"] == pytest.approx(scipy.stats.fisher_exact(
+        [[real_found, 90 - real_found], [noise_found, 90 - noise_found]]).pvalue)
+    assert content["per_haystack"]["noise"] == {"found": noise_found, "n": 90}
+
+
+def test_cells_retention_and_the_leading_methods():
+    result = analyse(_table(), PLAN)
+    cell = next(c for c in result["cells"] if (c["method"], c["length"], c["haystack"]) == ("half", 16, "noise"))
+    assert cell["n"] == 30 and cell["mean"] == 0.5
+    assert cell["ci"] == pytest.approx(list(scipy.stats.binomtest(15, 30).proportion_ci(method="exact")))
+    retention = {(r["method"], r["length"]): r for r in result["retention"]}
+    assert retention[("good", 16)]["retention"] == pytest.approx(0.9)
+    assert retention[("half", 16)]["retention"] == pytest.approx((15 / 60) / (40 / 60))
+    assert not any(r["method"] == "other" for r in result["pooled"])
+    assert result["leading"][16] == ["good", "half"]
+    assert {(c["a"], c["b"]) for c in result["secondary"] if c["length"] == 16} == {("good", "half")}
+    assert result["secondary"][0]["p_holm"] == pytest.approx(result["secondary"][0]["p_value"])  # 32: no rows
+
+
+def test_fisher_and_holm_match_their_definitions():
+    for table in [(3, 10, 8, 10), (0, 5, 5, 5), (12, 30, 54, 70), (1, 1, 0, 1), (0, 4, 0, 6)]:
+        a, n_a, b, n_b = table
+        want = scipy.stats.fisher_exact([[a, n_a - a], [b, n_b - b]]).pvalue
+        assert fisher_exact(*table) == pytest.approx(want, rel=1e-9)
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.5, 0.9]) == [1.0, 1.0]
+    with pytest.raises(ValueError, match="within their totals"):
+        fisher_exact(3, 2, 0, 1)
