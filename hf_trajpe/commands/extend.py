@@ -156,6 +156,13 @@ def check(args: argparse.Namespace) -> None:
     if args.to is None and not args.quick:
         raise ValueError("give the length to read: --to N (tokens) or --to Kx (times the trained length), or --quick")
     kinds = DEFAULTS["kinds"]  # (evaluation.long_context.LONG_KINDS, without importing torch)
+    import os
+
+    world = os.environ.get("WORLD_SIZE", "1").strip()
+    if world not in ("", "0", "1"):
+        raise ValueError("hf-trajpe extend runs in one process (its reads are one model's); started here by a launcher "
+                         f"with WORLD_SIZE={world}: run it without accelerate launch, and give the "
+                         "fine-tune its processes with --accelerate-config (e.g. configs/accelerate/ddp.yaml)")
     if args.finetune_set and not args.finetune:
         raise ValueError("--finetune-set changes the fine-tune's config: give --finetune STEPS too")
     bad = [k for k in args.kinds or [] if k not in kinds]

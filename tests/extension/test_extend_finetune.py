@@ -124,3 +124,12 @@ def test_a_runs_own_files_are_trained_on_with_the_last_blocks_held_out(tmp_path)
                                                          "eval_blocks": 2}}).data, byte_tokenizer(), "clm")
     with pytest.raises(ConfigError, match="data.files is your own text"):
         config_from_dict(base | {"data": {"files": [str(text)], "content_types": ["code"]}})
+
+
+def test_the_refusals_of_the_finetune_options(tmp_path, capsys, monkeypatch):
+    argv = ["extend", "--model", str(tmp_path), "--to", "2x", "--out", str(tmp_path / "out")]
+    assert main([*argv, "--finetune-set", "optimizer.lr=1e-4"]) == 2
+    assert "--finetune-set changes the fine-tune's config: give --finetune STEPS too" in capsys.readouterr().err
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert main([*argv, "--finetune", "5"]) == 2
+    assert "runs in one process" in capsys.readouterr().err and not (tmp_path / "out").exists()
