@@ -133,3 +133,19 @@ def test_the_refusals_of_the_finetune_options(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     assert main([*argv, "--finetune", "5"]) == 2
     assert "runs in one process" in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+def test_a_model_built_in_python_is_saved_for_the_recipe_and_a_folder_is_named_as_it_is(tmp_path):
+    from hf_trajpe.data import byte_tokenizer
+    from hf_trajpe.extension.finetune import FinetunePlan
+    from hf_trajpe.extension.run import _finetune_config
+
+    plan = FinetunePlan(yarn_candidate(TRAINED, 256), "")
+    args = (plan, 4, tmp_path / "out")
+    rest = dict(trained=TRAINED, target=256, validation=None, dtype_name="float32", seed=0, overrides=())
+    cfg = _finetune_config(*args, None, None, **rest, model=_tiny_llama(), tokenizer=byte_tokenizer())
+    base = tmp_path / "out" / "finetune" / "base"
+    assert cfg["model"]["path"] == str(base) and (base / "config.json").is_file()
+    assert cfg["data"]["content_types"] == ["real_text"]
+    cfg = _finetune_config(*args, str(base), "byte", **rest)
+    assert cfg["model"] == {"path": str(base.resolve()), "task": "clm", "tokenizer": "byte"}
