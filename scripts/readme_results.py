@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hf_trajpe.evaluation.long_context import span_perplexity
+from hf_trajpe.evaluation.ruler.stats import fisher_exact
 from hf_trajpe.evaluation.seed_inference import t_ppf
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -185,8 +186,46 @@ def _score(cell: dict) -> str:
     return f"{cell['score']:.2f} [{cell['ci'][0]:.2f}, {cell['ci'][1]:.2f}]"
 
 
+#: the RULER order table of SmolLM2 on a GPU (make ruler-order-gpu); the README shows it once it exists
+RULER_ORDER = "ruler/smollm2_order/table_gpu"
+
+
+def ruler_order(result: dict, rel: str) -> str:
+    """The order table: pooled score per method and length [exact interval], retention at the longest length, and
+    the verdict of the declared comparison with the baseline at the main length."""
+    plan = result["plan"]
+    pooled = {(c["method"], c["length"]): c for c in result["pooled"]}
+    retention = {(r["method"], r["length"]): r["retention"] for r in result["retention"]}
+    verdicts = {c["a"]: c for c in result["primary"]}
+    lengths = sorted({c["length"] for c in result["pooled"]})
+    main = plan["main_length"]
+    rows = ["| method | " + " | ".join(f"{n // 1024}k" for n in lengths) + f" | retention at {lengths[-1] // 1024}k"
+            f" | at {main // 1024}k against {plan['baseline']} (p Holm) |", "|---|" + "---:|" * (len(lengths) + 1)
+            + "---|"]
+    for m in (plan["baseline"], *plan["extensions"]):
+        if not any((m, n) in pooled for n in lengths):
+            continue
+        cells = [f"{c['mean']:.2f} [{c['ci'][0]:.2f}, {c['ci'][1]:.2f}]" if (c := pooled.get((m, n))) else "-"
+                 for n in lengths]
+        kept = retention.get((m, lengths[-1]))
+        v = verdicts.get(m)
+        rows.append(f"| {m} | " + " | ".join(cells) + f" | {'-' if kept is None else f'{kept:.2f}'} | "
+                    + (f"{v['verdict']} ({v['p_holm']:.2g})" if v else "-") + " |")
+    content = next((c for c in result["primary"] if c["a"] == "real text"), None)
+    ns = [c["n"] for c in result["cells"]]
+    extra = (f"; real text hid the needle against generated text at {main // 1024}k: {content['found_a']}/"
+             f"{content['n_a']} found against {content['found_b']}/{content['n_b']}, {content['verdict']}"
+             if content else "")
+    return "\n".join(rows) + "\n\n" + _source(
+        f"{rel}/order.md", f"; pooled over tasks and haystacks, {min(ns)}-{max(ns)} prompts per cell; score [exact "
+        f"95% interval]; the comparisons declared before the data, Holm-corrected{extra}")
+
+
 def ruler() -> str:
-    """RULER's needle on SmolLM2: score per method and length with its exact interval, and the paired test."""
+    """RULER's needle on SmolLM2: the order table once the GPU run made it; until then, score per method and length
+    with its exact interval, and the paired test."""
+    if (RESULTS / RULER_ORDER / "order.json").is_file():
+        return ruler_order(_load(f"{RULER_ORDER}/order.json"), RULER_ORDER)
     data = _load("ruler/smollm2/ruler.json")
     summary, meta = data["summary"], data["meta"]
     lengths = meta["lengths"]
@@ -217,17 +256,6 @@ HAYSTACK_GROUPS = {"RULER's noise": ("noise",),
                                                  "divergent_expansion", "dialogue_structure", "code_hierarchy",
                                                  "random_content"),
                    "real text (code, prose, manual pages)": ("real_code", "real_prose", "real_man")}
-
-
-def fisher_exact(a: int, n1: int, b: int, n2: int) -> float:
-    """Two-sided Fisher's exact test of ``a / n1`` against ``b / n2`` (tables at most as likely as the one seen)."""
-    hits, total = a + b, n1 + n2
-
-    def prob(x: int) -> float:
-        return math.comb(n1, x) * math.comb(n2, hits - x) / math.comb(total, hits)
-
-    seen = prob(a)
-    return min(1.0, sum(q for x in range(max(0, hits - n2), min(n1, hits) + 1) if (q := prob(x)) <= seen * (1 + 1e-9)))
 
 
 def ruler_haystacks() -> str:

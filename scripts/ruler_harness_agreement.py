@@ -42,13 +42,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="outputs/ruler_harness_agreement")
     args = p.parse_args(argv)
 
-    from readme_results import fisher_exact  # (scripts/, beside this one)
-
     from hf_trajpe.benchmarks.machine import machine_info
     from hf_trajpe.data import load_tokenizer
     from hf_trajpe.evaluation.ruler import make_samples, run_ruler
     from hf_trajpe.evaluation.ruler.scoring import postprocess_pred
-    from hf_trajpe.evaluation.ruler.stats import clopper_pearson
+    from hf_trajpe.evaluation.ruler.stats import clopper_pearson, fisher_exact
     from hf_trajpe.integrations.lm_eval_ruler import HARNESS_OFFLINE_TASKS, harness_samples, run_harness_ruler
     from hf_trajpe.loading import load_model
     from hf_trajpe.precision import resolve_dtype

@@ -74,3 +74,22 @@ def test_fisher_and_holm_match_their_definitions():
     assert holm([0.5, 0.9]) == [1.0, 1.0]
     with pytest.raises(ValueError, match="within their totals"):
         fisher_exact(3, 2, 0, 1)
+
+
+def test_the_readme_renders_the_order_table_from_the_analysis():
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("readme_results", root / "scripts" / "readme_results.py")
+    rr = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rr)
+    result = json.loads(json.dumps(analyse(_table(), PLAN)))  # as order.json holds it
+    text = rr.ruler_order(result, "ruler/x")
+    lines = text.splitlines()
+    assert lines[0].startswith("| method |") and lines[0].endswith("| retention at 0k | at 0k against stock (p Holm) |")
+    good = next(line for line in lines if line.startswith("| good |"))
+    assert "1.00 [0.94, 1.00]" in good and "0.90 [" in good and "good orders above stock" in good
+    assert next(line for line in lines if line.startswith("| stock |")).endswith("| - |")
+    assert "real text hid the needle against generated text" in text and "30-30 prompts per cell" in text
