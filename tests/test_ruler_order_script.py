@@ -30,6 +30,7 @@ def tiny(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.mark.slow  # about 9 CPU s; the analysis itself is in the default run (tests/evaluation/test_ruler_order.py)
 def test_a_sitting_in_rounds_then_a_longer_one_and_the_analysis(tiny, tmp_path, capsys):
     rope = {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 2048}
     cfg = {"model": str(tiny), "tokenizer": "byte", "out": str(tmp_path / "table"), "tasks": ["niah_single_1"],
