@@ -16,6 +16,7 @@ BASES = [p for p in ALL_YAML if p.parent.name == "base" and "experiments" in p.p
 EXPERIMENTS = [p for p in ALL_YAML if "experiments" in p.parts and p not in BASES]
 ACCELERATE = [p for p in ALL_YAML if "accelerate" in p.parts]
 STUDY = [p for p in ALL_YAML if "study" in p.parts]  # validated in tests/study
+RULER = [p for p in ALL_YAML if "ruler" in p.parts]  # validated in tests/test_ruler_order_script.py
 
 
 def test_the_expected_configs_exist():
@@ -25,7 +26,7 @@ def test_the_expected_configs_exist():
     examples = {e for p in EXPERIMENTS for e in ENCODINGS if p.stem.endswith("_" + e)}  # (self_extend has a "_")
     missing = sorted(set(ENCODINGS) - examples)
     assert not missing, f"no configs/experiments/*_<encoding>.yaml runs {missing}: add one example for each"
-    validated = len(EXPERIMENTS) + len(BASES) + len(ACCELERATE) + len(STUDY)
+    validated = len(EXPERIMENTS) + len(BASES) + len(ACCELERATE) + len(STUDY) + len(RULER)
     assert validated == len(ALL_YAML), "a YAML outside the folders is not validated"
 
 
