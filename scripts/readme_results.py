@@ -213,9 +213,9 @@ def ruler_order(result: dict, rel: str) -> str:
                     + (f"{v['verdict']} ({v['p_holm']:.2g})" if v else "-") + " |")
     content = next((c for c in result["primary"] if c["a"] == "real text"), None)
     ns = [c["n"] for c in result["cells"]]
-    extra = (f"; real text hid the needle against generated text at {main // 1024}k: {content['found_a']}/"
-             f"{content['n_a']} found against {content['found_b']}/{content['n_b']}, {content['verdict']}"
-             if content else "")
+    extra = (f"; the needle found under the extensions at {main // 1024}k, real text against generated: "
+             f"{content['mean_a']:.2f} of {content['n_a']} prompts against {content['mean_b']:.2f} of "
+             f"{content['n_b']}, {content['verdict']}" if content else "")
     return "\n".join(rows) + "\n\n" + _source(
         f"{rel}/order.md", f"; pooled over tasks and haystacks, {min(ns)}-{max(ns)} prompts per cell; score [exact "
         f"95% interval]; the comparisons declared before the data, Holm-corrected{extra}")

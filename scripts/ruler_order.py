@@ -81,19 +81,28 @@ def run(cfg: dict, args: argparse.Namespace) -> int:
                            tokenizer=cfg.get("tokenizer"),
                            tasks=args.tasks or cfg["tasks"], lengths=[length], samples=samples_now,
                            haystacks=args.haystacks or cfg.get("haystacks"), seed=cfg.get("seed", 0),
-                           progress=not args.no_progress, dtype=cfg.get("dtype", "float32"),
+                           progress=not args.no_progress, dtype=args.dtype or cfg.get("dtype", "float32"),
                            rows_file=rows_path(cfg, length), device=args.device)
     return 0
 
 
 def read_rows(cfg: dict) -> list[dict]:
-    """Every saved row under ``out`` (part files of a spread run that was cut short folded in first)."""
+    """Every saved row under ``out`` (part files of a spread run that was cut short folded in first); rows files of
+    another dtype or seed than the first are refused: one table is read one way."""
     from hf_trajpe.evaluation.ruler.rows import RowsFile
 
-    rows = []
+    rows, first = [], None
     for path in sorted(Path(cfg["out"]).glob(f"len_*/{ROWS}")):
-        with path.open() as fh:
-            header = json.loads(fh.readline())["header"]
+        try:
+            header = json.loads(path.open().readline())["header"]
+        except (ValueError, KeyError, TypeError):
+            print(f"ruler_order: {path} has no header yet (no row saved): left out", file=sys.stderr)
+            continue
+        made = (header.get("dtype"), header.get("seed"))
+        if first is not None and made != first[0]:
+            raise SystemExit(f"{path} was read in {made[0]} with seed {made[1]}, {first[1]} in {first[0][0]} with "
+                             f"seed {first[0][1]}: one table is one dtype and seed; give each its own --out")
+        first = first or (made, path)
         rows += RowsFile(path, header).fold().values()
     return rows
 
@@ -185,9 +194,10 @@ def markdown(result: dict, cfg: dict, costs: list[dict], chart: str | None) -> s
     content = next((c for c in result["primary"] if c["a"] == "real text"), None)
     if content:
         per = ", ".join(f"{h} {v['found']}/{v['n']}" for h, v in content["per_haystack"].items())
-        lines.append(f"\nThe content question at {content['length']:,} tokens (needle tasks, the extensions pooled): "
-                     f"real text {content['found_a']}/{content['n_a']}, generated {content['found_b']}/"
-                     f"{content['n_b']} found ({per}); {content['verdict']}.")
+        lines.append(f"\nThe content question at {content['length']:,} tokens (needle tasks): the share of "
+                     f"extensions that found a prompt's needle, {content['mean_a']:.2f} over {content['n_a']} prompts "
+                     f"of real text against {content['mean_b']:.2f} over {content['n_b']} of generated text "
+                     f"({content['test']}; found / read per haystack: {per}); {content['verdict']}.")
     if costs:
         lines += ["\n## Cost per prompt (from the rows)\n", "| method | length | prompts | CPU s | wall s |",
                   "|---|---:|---:|---:|---:|"]
@@ -276,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None, help="rows and analysis folder instead of the config's (a run in another "
                                                 "dtype, such as a GPU's bfloat16, needs its own)")
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (run; default: %(default)s)")
+    p.add_argument("--dtype", choices=("float32", "bfloat16", "auto"), default=None,
+                   help="the dtype to read in (run; default: the config's)")
     p.add_argument("--lengths", type=int, nargs="+", default=None, help="these lengths only (run)")
     p.add_argument("--gpu-lengths", action="store_true", help="add the config's gpu_lengths (run)")
     p.add_argument("--methods", nargs="+", default=None, help="these methods only (run)")

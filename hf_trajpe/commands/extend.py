@@ -163,8 +163,9 @@ def check(args: argparse.Namespace) -> None:
         raise ValueError("hf-trajpe extend runs in one process (its reads are one model's); started here by a launcher "
                          f"with WORLD_SIZE={world}: run it without accelerate launch, and give the "
                          "fine-tune its processes with --accelerate-config (e.g. configs/accelerate/ddp.yaml)")
-    if args.finetune_set and not args.finetune:
-        raise ValueError("--finetune-set changes the fine-tune's config: give --finetune STEPS too")
+    for given, name in ((args.finetune_set, "--finetune-set"), (args.accelerate_config, "--accelerate-config")):
+        if given and not args.finetune:
+            raise ValueError(f"{name} applies to the fine-tune: give --finetune STEPS too")
     bad = [k for k in args.kinds or [] if k not in kinds]
     if bad:
         raise ValueError(f"--kinds: unknown {', '.join(bad)}; kinds of long real text: {', '.join(kinds)}")

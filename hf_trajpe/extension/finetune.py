@@ -24,8 +24,8 @@ from pathlib import Path
 
 from .candidates import Candidate
 
-__all__ = ["FINETUNE_DIR", "TUNED_SUFFIX", "FinetunePlan", "experiment_config", "plan_finetune", "recipe_command",
-           "run_finetune", "training_curve"]
+__all__ = ["FINETUNE_DIR", "TUNED_SUFFIX", "FinetunePlan", "config_id", "experiment_config", "launch_files",
+           "plan_finetune", "recipe_command", "run_finetune", "training_curve"]
 
 FINETUNE_DIR = "finetune"
 #: the name of the tuned model in the reports: the trained candidate's, with this suffix
@@ -64,9 +64,12 @@ def plan_finetune(candidates: Sequence[Candidate], chosen: Candidate, past_loss:
     elif chosen.kind == "scaling":
         reason = (f"the chosen {chosen.name} rescales its frequencies with the length of each forward, and every "
                   "PoSE forward is short")
+    elif chosen.kind == "remap":
+        reason = (f"the chosen {chosen.name} is a remap, which PoSE cannot train: it maps distances at read time, with "
+                  "no position parameters to adapt")
     else:
-        reason = (f"the chosen {chosen.name} is a {chosen.kind}, which PoSE cannot train: it maps distances at read "
-                  "time, with no position parameters to adapt")
+        reason = (f"the chosen {chosen.name} places tokens by their content, not by the position ids that PoSE "
+                  "skips")
     scalings = [c for c in candidates if _trainable(c) and c.name in past_loss]
     if scalings:
         best = min(scalings, key=lambda c: past_loss[c.name])
@@ -82,7 +85,7 @@ def experiment_config(plan: FinetunePlan, steps: int, *, source: str, tokenizer_
     """The recipe's experiment config: the whole model trained (AdamW 2e-5, cosine) with PoSE windows of
     ``min(trained, 2048)`` tokens whose ids skip up to ``target``, on ``files`` (the user's text) or this machine's
     real text of the train split (no file of the test documents); ``overrides``: dotted ``key=value`` over it,
-    checked as the recipe checks them (``optimizer.lr=1e-4``, ``model.lora={r: 8}``)."""
+    checked as the recipe checks them (``optimizer.lr=1e-4``, ``train.batch_size=2``)."""
     from ..training.config import config_from_dict
     from ..training.typed_config import apply_overrides
 
@@ -113,17 +116,23 @@ def experiment_config(plan: FinetunePlan, steps: int, *, source: str, tokenizer_
     return cfg
 
 
-def recipe_command(config: str | Path, accelerate_config: str | Path | None, threads: int | None,
-                   resume: bool) -> list[str]:
-    """``accelerate launch --config_file ACC recipes/finetune.py --config CONFIG [--resume]`` (``ACC``: one CPU
-    process, ``configs/accelerate/cpu.yaml``, unless given); a ``FileNotFoundError`` where a file is missing."""
+def launch_files(accelerate_config: str | Path | None) -> tuple[Path, Path]:
+    """The recipe and the accelerate config (one CPU process, ``configs/accelerate/cpu.yaml``, unless given); a
+    ``FileNotFoundError`` saying what to do where one is missing (checked before any read)."""
     from ..training.recipe import checkout, recipe_path
 
     recipe = recipe_path()
-    accelerate_config = accelerate_config or checkout() / "configs" / "accelerate" / "cpu.yaml"
-    if not Path(accelerate_config).is_file():
+    accelerate_config = Path(accelerate_config or checkout() / "configs" / "accelerate" / "cpu.yaml")
+    if not accelerate_config.is_file():
         raise FileNotFoundError(f"no accelerate config at {accelerate_config}: give a file such as "
                                 "configs/accelerate/gpu.yaml (--accelerate-config)")
+    return recipe, accelerate_config
+
+
+def recipe_command(config: str | Path, accelerate_config: str | Path | None, threads: int | None,
+                   resume: bool) -> list[str]:
+    """``accelerate launch --config_file ACC recipes/finetune.py --config CONFIG [--resume]`` (:func:`launch_files`)."""
+    recipe, accelerate_config = launch_files(accelerate_config)
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(accelerate_config)]
     if threads is not None:
         cmd += ["--num_cpu_threads_per_process", str(threads)]
@@ -131,40 +140,56 @@ def recipe_command(config: str | Path, accelerate_config: str | Path | None, thr
     return cmd + (["--resume"] if resume else [])
 
 
-def _check_same(path: Path, cfg: dict) -> None:
+def config_id(cfg: dict) -> str:
+    """A short hash of a fine-tune's config: the tuned model's reads are filed under it, so reads of a model trained
+    otherwise are never taken for this one's."""
+    import hashlib
+
+    return hashlib.sha1(json.dumps(cfg, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def _check_same(path: Path, cfg: dict, started: bool) -> bool:
+    """Whether the fine-tune saved at ``path`` is ``cfg``; another one is refused once it has trained (a checkpoint
+    or its model), and replaced, with a note, while it has not (a first start that failed)."""
     from .store import difference
 
     previous = json.loads(path.read_text())
     diff = difference(previous, cfg)
-    if diff:
+    if diff and started:
         raise ValueError(f"{path.parent} holds another fine-tune ({'; '.join(diff[:4])}): give the same --finetune "
-                         "options to continue it, or another --out")
+                         f"options to continue it, another --out, or remove {path.parent} to train afresh (the "
+                         "reads of the extension are kept)")
+    return not diff
 
 
 def run_finetune(folder: Path, cfg: dict, accelerate_config: str | Path | None = None, threads: int | None = None,
                  log=print) -> dict:
-    """Train (or continue, or take the finished run of) ``cfg`` in ``folder``; returns ``{"model", "seconds",
-    "curve", "command"}``. A run of other settings in ``folder`` is refused naming the difference."""
+    """Train (or continue, or take the finished run of) ``cfg`` in ``folder``; returns ``{"model",
+    "seconds_last_call", "curve", "command", "config_id"}``. A run of other settings in ``folder`` is refused naming
+    the difference once it has trained a step (before that, a failed first start is replaced)."""
     import yaml
+
+    from ..paths import atomic_write_text
 
     folder.mkdir(parents=True, exist_ok=True)
     path, done_path = folder / "experiment.json", folder / "done.json"
-    if path.is_file():
-        _check_same(path, cfg)
-    else:
-        from ..paths import atomic_write_text
-
-        atomic_write_text(path, json.dumps(cfg, indent=2) + "\n")
     run_dir = Path(cfg["output_dir"])
+    started = (run_dir / "checkpoints").is_dir() or (run_dir / "final").exists()
+    if not path.is_file() or not _check_same(path, cfg, started):
+        if path.is_file():
+            log(f"extend: {folder} held a fine-tune of other settings that never saved a step; replaced by this one")
+            done_path.unlink(missing_ok=True)
+        atomic_write_text(path, json.dumps(cfg, indent=2) + "\n")
     if done_path.is_file() and (run_dir / "final" / "config.json").is_file():
         log(f"extend: the fine-tune in {run_dir} is done; taken as it is")
-        return json.loads(done_path.read_text())
+        done = json.loads(done_path.read_text())
+        return done | {"config_id": config_id(cfg), "seconds_last_call": 0.0}
     config_file = folder / "experiment.yaml"
     config_file.write_text("# the recipe's config of this fine-tune (written by hf-trajpe extend --finetune)\n"
                            + yaml.safe_dump(cfg, sort_keys=False))
     cmd = recipe_command(config_file, accelerate_config, threads, resume=(run_dir / "checkpoints").is_dir())
     log(f"extend: fine-tuning: {' '.join(cmd[2:])}")
-    started = time.perf_counter()
+    clock = time.perf_counter()
     from ..training.recipe import recipe_env
 
     status = subprocess.run(cmd, env=recipe_env()).returncode
@@ -172,10 +197,11 @@ def run_finetune(folder: Path, cfg: dict, accelerate_config: str | Path | None =
         raise RuntimeError(f"the fine-tune ended with exit status {status} (its message is above); fix that and run "
                            "the same command again: the reads are kept and the fine-tune continues from its last "
                            "checkpoint")
-    result = {"model": str(run_dir / "final"), "seconds": time.perf_counter() - started,
-              "curve": training_curve(run_dir), "command": " ".join(cmd[2:])}
-    from ..paths import atomic_write_text
-
+    if not (run_dir / "final" / "config.json").is_file():
+        raise RuntimeError(f"the fine-tune stopped before its end (no model in {run_dir / 'final'}; "
+                           "train.stop_after?): run the same command again to continue it from its last checkpoint")
+    result = {"model": str(run_dir / "final"), "seconds_last_call": time.perf_counter() - clock,
+              "curve": training_curve(run_dir), "command": " ".join(cmd[2:]), "config_id": config_id(cfg)}
     atomic_write_text(done_path, json.dumps(result, indent=2) + "\n")
     return result
 

@@ -131,9 +131,14 @@ def _finetune_lines(record: dict) -> list[str]:
              if held else "")
     return [f"\n## Fine-tune: {f['name']}\n",
             _sentence(f"{f['why']}: {f['steps']} steps of PoSE (windows whose position ids skip up to "
-                      f"{record['target_length']:,}) on {text}, {f['seconds']:.0f} s wall{curve}. It reads the test "
+                      f"{record['target_length']:,}) on {text}, {_wall(f)}{curve}. It reads the test "
                       f"documents above as `{f['name']}`; the saved model is `{f['model']}` "
                       "(`hf_trajpe.from_pretrained`), the recipe's command `" + f["command"] + "`")]
+
+
+def _wall(f: dict) -> str:
+    seconds = f.get("seconds_last_call", f.get("seconds"))
+    return "trained by an earlier call" if not seconds else f"{seconds:.0f} s wall"
 
 
 def _documents_note(record: dict) -> str:
@@ -298,7 +303,7 @@ def screen(record: dict) -> str:
     f = r.get("finetune")
     if f:
         held = f.get("held_out")
-        lines.append(f"fine-tune: {f['name']}, {f['steps']} steps of PoSE in {f['seconds']:.0f} s wall ({f['why']})"
+        lines.append(f"fine-tune: {f['name']}, {f['steps']} steps of PoSE, {_wall(f)} ({f['why']})"
                      + (f"; held-out perplexity {held['first']['perplexity']:.3f} -> {held['last']['perplexity']:.3f}"
                         if held else "") + f"; model: {f['model']}")
     c = r["costs"]

@@ -23,7 +23,7 @@ import torch
 
 from ..evaluation.long_context import LONG_KINDS, WINDOW_EDGES, perplexity_by_window, token_nll
 from .candidates import DEFAULT_METHODS, STOCK, YARN, Candidate, build_candidates, yarn_candidate
-from .finetune import FINETUNE_DIR, FinetunePlan, experiment_config, plan_finetune, run_finetune
+from .finetune import FINETUNE_DIR, FinetunePlan, experiment_config, launch_files, plan_finetune, run_finetune
 from .rule import Rule, Spans, spans
 from .store import RunFolder
 from .texts import check_apart, fingerprint, test_documents, validation_documents
@@ -318,7 +318,8 @@ def extend(model, tokenizer, target_length: int,
         "test": {k: [{"source": d["source"], "ids": fingerprint(d["ids"])} for d in v] for k, v in test_docs.items()},
         "dtype": precision["dtype"], "seed": seed,
     }
-    if finetune_steps:  # the fine-tune's config, checked before any read (its candidate is settled by the choice)
+    if finetune_steps:  # the fine-tune's files and config, checked before any read (its candidate: by the choice)
+        launch_files(accelerate_config)
         _finetune_config(FinetunePlan(yarn, ""), finetune_steps, out, source, tokenizer_source, trained, target,
                          validation, precision["dtype"], seed, finetune_overrides)
     folder = RunFolder(out) if out is not None else None
@@ -354,15 +355,16 @@ def extend(model, tokenizer, target_length: int,
         cfg = _finetune_config(plan, finetune_steps, out, source, tokenizer_source, trained, target, validation,
                                precision["dtype"], seed, finetune_overrides, model=model, tokenizer=tok)
         _log(f"extend: fine-tune: {plan.why}; {finetune_steps} steps of PoSE")
-        tuned = {"plan": plan, **run_finetune(Path(out) / FINETUNE_DIR, cfg, accelerate_config, threads, _log)}
+        tuned = {"plan": plan, "cfg": cfg, **run_finetune(Path(out) / FINETUNE_DIR, cfg, accelerate_config, threads,
+                                                         _log)}
         _read_tuned(tuned, tok, folder, test_keys, samples, torch_dtype, precision["dtype"], seed, progress, test,
                     needles, refused)
     record = _record(definition, rule, candidates, chosen, scores, val, refused, test, test_docs, needles, samples,
                      precision, torch_dtype, trained, target, n_resamples, time.perf_counter() - wall)
     if tuned is not None:
-        record["finetune"] = _finetune_record(tuned, finetune_steps, validation)
+        record["finetune"] = _finetune_record(tuned, tuned["cfg"], validation)
         record["test"]["methods"][tuned["plan"].name]["options"] = tuned["plan"].candidate.options
-        record["costs"]["finetune_wall_seconds"] = tuned["seconds"]
+        record["costs"]["finetune_wall_seconds_last_call"] = tuned["seconds_last_call"]
     record["notes"] = list(notes)
     record["config_trained_length"] = _config_trained_length(model)
     result = Extension(chosen, record)
@@ -386,6 +388,8 @@ def _finetune_config(plan: FinetunePlan, steps: int, out, source, tokenizer_sour
     model_path = str(Path(source).expanduser().resolve()) if local and not source.startswith(PACKAGE_PREFIX) \
         else source if local else str(folder / "base")
     tokenizer_path = tokenizer_source or model_path
+    if tokenizer_path != model_path and Path(tokenizer_path).expanduser().exists():
+        tokenizer_path = str(Path(tokenizer_path).expanduser().resolve())  # the same run from any folder
     if model is not None and not local and not (folder / "base" / "config.json").is_file():
         folder.mkdir(parents=True, exist_ok=True)
         model.save_pretrained(folder / "base")
@@ -402,22 +406,23 @@ def _read_tuned(tuned: dict, tok, folder: RunFolder, test_keys, samples, torch_d
     are added to ``test`` and ``needles`` under its name."""
     from ..patching import from_pretrained
 
-    name = tuned["plan"].name
+    name, tag = tuned["plan"].name, tuned["config_id"]
     model = from_pretrained(tuned["model"]).eval()
     as_read = Candidate(name, None, "tuned", tuned["plan"].why)  # the model as saved: its own rope_parameters
-    with _in_dtype(model, torch_dtype):
-        test.update(_read_stage(model, folder, "test", [as_read], test_keys, refused, progress))
+    with _in_dtype(model, torch_dtype):  # its reads filed under its config: another fine-tune's are never taken
+        test.update(_read_stage(model, folder, f"tuned-{tag}", [as_read], test_keys, refused, progress))
         if samples:
             needles.update(_needles(model, tok, [as_read], samples, folder, dtype_name, seed, tuned["model"], progress,
-                                    rows_name="needles_tuned.jsonl"))
+                                    rows_name=f"needles_tuned-{tag}.jsonl"))
 
 
-def _finetune_record(tuned: dict, steps: int, validation) -> dict:
+def _finetune_record(tuned: dict, cfg: dict, validation) -> dict:
     plan, curve = tuned["plan"], tuned["curve"]
     return {"name": plan.name, "trained": plan.candidate.name, "options": plan.candidate.options, "why": plan.why,
-            "steps": steps, "text": [str(p) for p in validation] if validation else "this machine's real text, "
-            "train split (no file of the test documents)", "model": tuned["model"], "command": tuned["command"],
-            "seconds": tuned["seconds"], "curve": curve,
+            "steps": cfg["train"]["max_steps"], "text": [str(p) for p in validation] if validation else
+            "this machine's real text, train split (no file of the test documents)", "model": tuned["model"],
+            "command": tuned["command"], "config_id": tuned["config_id"],
+            "seconds_last_call": tuned["seconds_last_call"], "curve": curve,
             "held_out": {"first": curve[0], "last": curve[-1]} if curve else None}
 
 

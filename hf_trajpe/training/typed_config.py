@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import types
 import typing
 
@@ -98,6 +99,10 @@ def from_dict(cls, data: dict, where: str = ""):
     return cls(**kwargs)
 
 
+#: an exponent without a dot (``1e-4``), which PyYAML reads as a string
+_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+
+
 def apply_overrides(data: dict, overrides: list[str]) -> dict:
     """``["train.max_steps=20", "encoding.name=rope"]`` applied to a raw config dict (values parsed as
     YAML: ``20`` is an int, ``0.3`` a float, ``null`` None, ``[a, b]`` a list)."""
@@ -111,6 +116,8 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
             raise ConfigError(f"override {item!r} is not key=value (e.g. train.max_steps=20)")
         key, raw = item.split("=", 1)
         value = yaml.safe_load(raw) if raw != "" else ""
+        if isinstance(value, str) and _FLOAT.fullmatch(raw.strip()):
+            value = float(raw)  # 1e-4: a number in YAML 1.2 and to anyone typing it, a string to PyYAML (YAML 1.1)
         node = data
         parts = key.strip().split(".")
         for i, part in enumerate(parts[:-1]):

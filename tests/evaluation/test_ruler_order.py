@@ -3,11 +3,12 @@ comparisons with Holm's adjustment (checked against a direct computation and sci
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import scipy.stats
 
 from hf_trajpe.evaluation.ruler.order import OrderPlan, analyse
-from hf_trajpe.evaluation.ruler.stats import fisher_exact, holm
+from hf_trajpe.evaluation.ruler.stats import fisher_exact, holm, permutation_test
 
 PLAN = OrderPlan(baseline="stock", extensions=("good", "same", "half"), reference_length=8, main_length=16,
                  later_lengths=(32,), leading=2)
@@ -42,13 +43,15 @@ def test_the_verdicts_follow_the_holm_adjusted_paired_tests():
     assert primary[("same", "stock")]["verdict"] == "the data cannot resolve them"
     p = [c["p_value"] for c in result["primary"]]
     assert [c["p_holm"] for c in result["primary"]] == pytest.approx(holm(p))
-    # the content comparison: the needle rows of the extensions, real haystacks against generated ones, unpaired
+    # the content comparison: one value per prompt (the share of the three extensions that found it), real haystack
+    # prompts against generated ones, unpaired
     content = primary[("real text", "generated text")]
-    real_found, noise_found = 27 + 0 + 0, 27 + 0 + 15
-    assert (content["found_a"], content["n_a"], content["found_b"], content["n_b"]) == (real_found, 90, noise_found, 90)
-    assert content["p_value"] == pytest.approx(scipy.stats.fisher_exact(
-        [[real_found, 90 - real_found], [noise_found, 90 - noise_found]]).pvalue)
-    assert content["per_haystack"]["noise"] == {"found": noise_found, "n": 90}
+    real = [1 / 3] * 27 + [0.0] * 3
+    noise = [2 / 3 if i % 2 == 0 else 1 / 3 for i in range(27)] + [1 / 3 if i % 2 == 0 else 0.0 for i in range(27, 30)]
+    assert (content["n_a"], content["n_b"]) == (30, 30)
+    assert content["mean_a"] == pytest.approx(sum(real) / 30) and content["mean_b"] == pytest.approx(sum(noise) / 30)
+    assert content["p_value"] == pytest.approx(permutation_test(real, noise)["p_value"])
+    assert content["per_haystack"]["noise"] == {"found": 27 + 0 + 15, "n": 90, "prompts": 30}
 
 
 def test_cells_retention_and_the_leading_methods():
@@ -59,6 +62,7 @@ def test_cells_retention_and_the_leading_methods():
     retention = {(r["method"], r["length"]): r for r in result["retention"]}
     assert retention[("good", 16)]["retention"] == pytest.approx(0.9)
     assert retention[("half", 16)]["retention"] == pytest.approx((15 / 60) / (40 / 60))
+    assert retention[("half", 16)]["n"] == 60
     assert not any(r["method"] == "other" for r in result["pooled"])
     assert result["leading"][16] == ["good", "half"]
     assert {(c["a"], c["b"]) for c in result["secondary"] if c["length"] == 16} == {("good", "half")}
@@ -72,6 +76,17 @@ def test_fisher_and_holm_match_their_definitions():
         assert fisher_exact(*table) == pytest.approx(want, rel=1e-9)
     assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
     assert holm([0.5, 0.9]) == [1.0, 1.0]
+    a, b = [1, 0.5, 1, 1, 0.8], [0, 0.2, 0.5, 0, 0.1, 0.3]  # few enough relabellings to list them all
+    want = scipy.stats.permutation_test((a, b), lambda x, y: abs(np.mean(x) - np.mean(y)), n_resamples=np.inf,
+                                        permutation_type="independent", alternative="greater").pvalue
+    assert permutation_test(a, b) == {"diff": pytest.approx(0.6766667), "p_value": pytest.approx(want),
+                                      "method": "exact"}
+    rng = np.random.default_rng(1)
+    a, b = rng.random(40), rng.random(50) + 0.1
+    got = permutation_test(a, b, n_resamples=4000)
+    want = scipy.stats.permutation_test((a, b), lambda x, y: abs(np.mean(x) - np.mean(y)), n_resamples=4000,
+                                        permutation_type="independent", alternative="greater", random_state=0).pvalue
+    assert got["method"] == "Monte Carlo, 4000 relabellings" and abs(got["p_value"] - want) < 0.015
     with pytest.raises(ValueError, match="within their totals"):
         fisher_exact(3, 2, 0, 1)
 
@@ -92,4 +107,5 @@ def test_the_readme_renders_the_order_table_from_the_analysis():
     good = next(line for line in lines if line.startswith("| good |"))
     assert "1.00 [0.94, 1.00]" in good and "0.90 [" in good and "good orders above stock" in good
     assert next(line for line in lines if line.startswith("| stock |")).endswith("| - |")
-    assert "real text hid the needle against generated text" in text and "30-30 prompts per cell" in text
+    assert "the needle found under the extensions at 0k, real text against generated" in text
+    assert "30-30 prompts per cell" in text

@@ -76,9 +76,27 @@ def test_extend_finetunes_the_best_scaling_for_a_remap_and_reads_it_beside_the_c
     assert main(argv) == 0
     err = capsys.readouterr().err
     assert "is done; taken as it is" in err and "fine-tuning:" not in err
-    # other fine-tune settings in the same folder are refused, naming the difference
+    # other fine-tune settings in the same folder are refused, naming the difference, once it has trained
     assert main([*argv[:-1], "3"]) == 2
     assert "holds another fine-tune (train.max_steps: 2 there, 3 here" in capsys.readouterr().err
+    tag = f["config_id"]
+    assert (out / "reads" / f"tuned-{tag}").is_dir() and not (out / "reads" / "test" / f["name"]).exists()
+
+
+def test_a_first_start_that_trained_nothing_is_replaced_and_a_stopped_one_is_said(tmp_path, monkeypatch):
+    from hf_trajpe.extension import finetune
+
+    folder = tmp_path / "ft"
+    cfg = {"output_dir": str(tmp_path / "run"), "train": {"max_steps": 2}}
+    folder.mkdir()
+    (folder / "experiment.json").write_text(json.dumps({**cfg, "train": {"max_steps": 9}}))
+    monkeypatch.setattr(finetune, "recipe_command", lambda *a, **k: ["python", "-m", "true"])
+    monkeypatch.setattr(finetune.subprocess, "run", lambda *a, **k: type("Done", (), {"returncode": 0})())
+    logged = []
+    with pytest.raises(RuntimeError, match="stopped before its end"):
+        finetune.run_finetune(folder, cfg, log=logged.append)
+    assert "never saved a step; replaced by this one" in logged[0]
+    assert json.loads((folder / "experiment.json").read_text()) == cfg
 
 
 def test_the_finetune_trains_the_chosen_scaling_else_the_best_one_never_dynamic_ntk():
@@ -129,7 +147,9 @@ def test_a_runs_own_files_are_trained_on_with_the_last_blocks_held_out(tmp_path)
 def test_the_refusals_of_the_finetune_options(tmp_path, capsys, monkeypatch):
     argv = ["extend", "--model", str(tmp_path), "--to", "2x", "--out", str(tmp_path / "out")]
     assert main([*argv, "--finetune-set", "optimizer.lr=1e-4"]) == 2
-    assert "--finetune-set changes the fine-tune's config: give --finetune STEPS too" in capsys.readouterr().err
+    assert "--finetune-set applies to the fine-tune: give --finetune STEPS too" in capsys.readouterr().err
+    assert main([*argv, "--accelerate-config", str(tmp_path)]) == 2
+    assert "--accelerate-config applies to the fine-tune" in capsys.readouterr().err
     monkeypatch.setenv("WORLD_SIZE", "2")
     assert main([*argv, "--finetune", "5"]) == 2
     assert "runs in one process" in capsys.readouterr().err and not (tmp_path / "out").exists()

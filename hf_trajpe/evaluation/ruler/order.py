@@ -11,7 +11,9 @@ only prompts every compared method has read are paired), :func:`analyse` gives:
 - **retention**: a method's pooled score at a length over its own at the reference length, over the same prompts;
 - **primary comparisons** (Holm over the family): at the main length, each extension against the baseline (paired
   prompts, the exact sign test: McNemar for 0/1 scores), and real text against generated text as a haystack of
-  the needle tasks, pooled over the extensions (prompts not paired: Fisher's exact test on found and missed);
+  the needle tasks: each prompt's share of the extensions that found its needle (one value per prompt, since one
+  prompt's outcomes under several extensions are not independent trials), real prompts against generated ones by a
+  permutation test (not paired across haystacks); the found and missed counts per haystack beside it;
 - **secondary comparisons** (Holm within themselves): the leading extensions pairwise at the main length, and at
   each later length every extension against the baseline and the leading ones pairwise.
 
@@ -25,7 +27,7 @@ import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from .stats import fisher_exact, holm, score_interval, sign_test
+from .stats import holm, permutation_test, score_interval, sign_test
 
 __all__ = ["OrderPlan", "analyse"]
 
@@ -51,7 +53,8 @@ class OrderPlan:
 
 
 def _key(row: dict) -> tuple:
-    return row["task"], row["haystack"], int(row["length"]), int(row["index"])
+    """What pairs two methods' rows: the prompt (its hash too, so rows of another prompt generator never pair)."""
+    return row["task"], row["haystack"], int(row["length"]), int(row["index"]), row.get("prompt_sha1")
 
 
 def _by_method(rows: Iterable[dict]) -> dict[str, dict[tuple, float]]:
@@ -71,7 +74,7 @@ def _cells(by: dict[str, dict[tuple, float]]) -> tuple[list[dict], list[dict]]:
     for method, scores in by.items():
         groups: dict[tuple, list[float]] = {}
         lengths: dict[int, list[float]] = {}
-        for (task, hay, length, _), score in scores.items():
+        for (task, hay, length, *_), score in scores.items():
             groups.setdefault((task, hay, length), []).append(score)
             lengths.setdefault(length, []).append(score)
         cells += [{"method": method, "task": t, "haystack": h, "length": n, **_cell(v)}
@@ -81,25 +84,22 @@ def _cells(by: dict[str, dict[tuple, float]]) -> tuple[list[dict], list[dict]]:
 
 
 def _retention(by: dict[str, dict[tuple, float]], plan: OrderPlan) -> list[dict]:
-    """Pooled score at each length over the same method's at the reference length, on prompts of the same tasks
-    and haystacks that both lengths have."""
+    """Pooled score at each length over the same method's at the reference length, on the prompts (task, haystack
+    and index) that both lengths have."""
     out = []
     for method, scores in by.items():
-        ref = {(t, h): [] for (t, h, n, _) in scores if n == plan.reference_length}
-        for (t, h, n, _), s in scores.items():
-            if n == plan.reference_length:
-                ref[(t, h)].append(s)
-        for length in sorted({n for (_, _, n, _) in scores} - {plan.reference_length}):
-            at = [(t, h, s) for (t, h, n, _), s in scores.items() if n == length and (t, h) in ref]
-            if not at:
+        at_length: dict[int, dict[tuple, float]] = {}
+        for (task, hay, length, index, _), score in scores.items():
+            at_length.setdefault(length, {})[(task, hay, index)] = score
+        ref = at_length.get(plan.reference_length, {})
+        for length in sorted(set(at_length) - {plan.reference_length}):
+            common = sorted(set(at_length[length]) & set(ref))
+            if not common:
                 continue
-            groups = {(t, h) for t, h, _ in at}
-            base = [s for g in groups for s in ref[g]]
-            base_mean = sum(base) / len(base)
-            mean = sum(s for *_, s in at) / len(at)
-            out.append({"method": method, "length": length, "mean": mean, "reference_mean": base_mean,
-                        "retention": mean / base_mean if base_mean > 0 else None, "n": len(at),
-                        "reference_n": len(base)})
+            mean = sum(at_length[length][k] for k in common) / len(common)
+            base = sum(ref[k] for k in common) / len(common)
+            out.append({"method": method, "length": length, "mean": mean, "reference_mean": base,
+                        "retention": mean / base if base > 0 else None, "n": len(common)})
     return out
 
 
@@ -115,26 +115,32 @@ def _paired(by: dict[str, dict[tuple, float]], a: str, b: str, length: int) -> d
 
 
 def _content(by: dict[str, dict[tuple, float]], plan: OrderPlan, length: int) -> dict | None:
-    """Real against generated haystacks of the needle tasks at ``length``, pooled over the extensions."""
-    def rows(haystacks):
-        return [s for m in plan.extensions for (t, h, n, _), s in by.get(m, {}).items()
-                if n == length and h in haystacks and t.startswith(plan.needle_prefix)]
+    """Real against generated haystacks of the needle tasks at ``length``: per prompt, the share of the extensions
+    that found the needle; the two groups of prompts compared by a permutation test."""
+    per_prompt: dict[tuple, list[float]] = {}
+    for m in plan.extensions:
+        for key, score in by.get(m, {}).items():
+            task, hay, n = key[:3]
+            if n == length and task.startswith(plan.needle_prefix):
+                per_prompt.setdefault(key, []).append(float(score == 1.0))
 
-    real, generated = rows(plan.real_haystacks), rows(plan.generated_haystacks)
+    def shares(haystacks) -> list[float]:
+        return [sum(v) / len(v) for k, v in per_prompt.items() if k[1] in haystacks]
+
+    real, generated = shares(plan.real_haystacks), shares(plan.generated_haystacks)
     if not real or not generated:
         return None
-    found_r, found_g = sum(s == 1.0 for s in real), sum(s == 1.0 for s in generated)
+    test = permutation_test(real, generated)
     per_kind = {}
     for hay in (*plan.real_haystacks, *plan.generated_haystacks):
-        got = rows((hay,))
-        if got:
-            per_kind[hay] = {"found": int(sum(s == 1.0 for s in got)), "n": len(got)}
+        found = [x for k, v in per_prompt.items() if k[1] == hay for x in v]
+        if found:
+            per_kind[hay] = {"found": int(sum(found)), "n": len(found), "prompts": len(shares((hay,)))}
     return {"a": "real text", "b": "generated text", "length": length,
-            "test": "Fisher's exact test on found and missed (prompts not paired across haystacks)",
-            "n": len(real) + len(generated), "mean_a": found_r / len(real), "mean_b": found_g / len(generated),
-            "diff": found_r / len(real) - found_g / len(generated), "found_a": int(found_r), "n_a": len(real),
-            "found_b": int(found_g), "n_b": len(generated), "per_haystack": per_kind,
-            "p_value": fisher_exact(int(found_r), len(real), int(found_g), len(generated))}
+            "test": f"permutation test ({test['method']}) on each prompt's share of extensions that found it",
+            "n": len(real) + len(generated), "n_a": len(real), "n_b": len(generated), "mean_a": sum(real) / len(real),
+            "mean_b": sum(generated) / len(generated), "diff": test["diff"], "per_haystack": per_kind,
+            "p_value": test["p_value"]}
 
 
 def _leading(pooled: list[dict], plan: OrderPlan, length: int) -> list[str]:

@@ -12,6 +12,9 @@
 - :func:`fisher_exact`: two groups of prompts that are not paired (the same methods on different haystacks): the
   exact two-sided test on a 2x2 table of found and missed (hypergeometric; the tables no more likely than the
   observed one, as scipy's ``fisher_exact``).
+- :func:`permutation_test`: two groups of values that are not paired, when a unit (a prompt) carries a mean of
+  several correlated outcomes: the two-sided permutation test of the difference in means (exact where the
+  relabellings are few enough to list, else a seeded Monte Carlo sample of them).
 - :func:`holm`: Holm's step-down adjustment of a family of p-values (family-wise error at the level).
 - :func:`effective_length`: RULER's effective length (the longest length whose score passes a threshold),
   with the threshold relative to a reference score instead of RULER's fixed 85.6 (Llama-2-7B at 4K).
@@ -22,6 +25,7 @@ scipy stays a test dependency; the tests check it against ``scipy.stats``.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 
@@ -30,7 +34,7 @@ import numpy as np
 from ..bootstrap import bootstrap_ci
 
 __all__ = ["INTERVAL_METHOD", "beta_cdf", "beta_ppf", "clopper_pearson", "effective_length", "fisher_exact", "holm",
-           "score_interval", "sign_test"]
+           "permutation_test", "score_interval", "sign_test"]
 
 INTERVAL_METHOD = ("Clopper-Pearson (exact binomial) at x = sum of the scores: exact for 0/1 scores, "
                    "conservative for fractional ones")
@@ -132,6 +136,31 @@ def fisher_exact(found_a: int, n_a: int, found_b: int, n_b: int) -> float:
     observed = prob(found_a)
     ks = range(max(0, found - n_b), min(n_a, found) + 1)
     return min(1.0, sum(p for p in map(prob, ks) if p <= observed * (1 + 1e-9)))
+
+
+def permutation_test(a: Sequence[float], b: Sequence[float], n_resamples: int = 20000, seed: int = 0) -> dict:
+    """Two-sided permutation test of ``mean(a) - mean(b)``: the share of relabellings of the pooled values whose
+    difference is at least as far from 0 as the observed one; every relabelling where there are at most
+    ``n_resamples``, else ``n_resamples`` drawn with ``seed`` (counting the observed one: ``(k + 1) / (n + 1)``)."""
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if x.size == 0 or y.size == 0:
+        raise ValueError(f"a permutation test needs values on both sides, got {x.size} and {y.size}")
+    pooled, n_a = np.concatenate([x, y]), x.size
+    observed = abs(x.mean() - y.mean())
+    total = pooled.sum()
+
+    def far(sums: np.ndarray) -> np.ndarray:
+        diff = sums / n_a - (total - sums) / y.size
+        return np.abs(diff) >= observed - 1e-12
+
+    if math.comb(pooled.size, n_a) <= n_resamples:
+        sums = np.array([pooled[list(idx)].sum() for idx in itertools.combinations(range(pooled.size), n_a)])
+        p, how = float(far(sums).mean()), "exact"
+    else:
+        rng = np.random.default_rng(seed)
+        sums = np.array([pooled[rng.permutation(pooled.size)[:n_a]].sum() for _ in range(n_resamples)])
+        p, how = (int(far(sums).sum()) + 1) / (n_resamples + 1), f"Monte Carlo, {n_resamples} relabellings"
+    return {"diff": float(x.mean() - y.mean()), "p_value": min(1.0, p), "method": how}
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
