@@ -121,6 +121,7 @@ def test_a_bad_finetune_override_is_refused_with_the_recipes_message(tmp_path):
     cfg = experiment_config(plan, 10, **kwargs)
     assert cfg["encoding"] == {"name": "rope", "options": {"rope_parameters": yarn_candidate(TRAINED, 256).options[
         "rope_parameters"]}} and cfg["data"]["block_size"] == TRAINED
+    assert experiment_config(plan, 10, **kwargs, overrides=["optimizer.lr=1e-4"])["optimizer"]["lr"] == 1e-4
     with pytest.raises(ConfigError, match="optimizer.lrr"):
         experiment_config(plan, 10, **kwargs, overrides=["optimizer.lrr=1e-4"])
 
