@@ -24,8 +24,8 @@ from pathlib import Path
 
 from .candidates import Candidate
 
-__all__ = ["FINETUNE_DIR", "TUNED_SUFFIX", "FinetunePlan", "config_id", "experiment_config", "launch_files",
-           "plan_finetune", "recipe_command", "run_finetune", "training_curve"]
+__all__ = ["FINETUNE_DIR", "TUNED_SUFFIX", "FinetuneError", "FinetunePlan", "config_id", "experiment_config",
+           "launch_files", "plan_finetune", "recipe_command", "run_finetune", "training_curve"]
 
 FINETUNE_DIR = "finetune"
 #: the name of the tuned model in the reports: the trained candidate's, with this suffix
@@ -34,6 +34,11 @@ TUNED_SUFFIX = "+pose"
 MAX_WINDOW = 2048
 #: frequency scalings PoSE can train (``dynamic`` rescales with each forward's length, and PoSE forwards are short)
 TRAINABLE_ROPE_TYPES = ("yarn", "linear", "ntk", "longrope", "llama3")
+
+
+class FinetuneError(ValueError):
+    """A fine-tune that ended without its model (the recipe's own message is above it); a ``ValueError`` so that the
+    command says it in one line, with what to do, as it does for bad input."""
 
 
 @dataclass(frozen=True)
@@ -194,11 +199,11 @@ def run_finetune(folder: Path, cfg: dict, accelerate_config: str | Path | None =
 
     status = subprocess.run(cmd, env=recipe_env()).returncode
     if status != 0:
-        raise RuntimeError(f"the fine-tune ended with exit status {status} (its message is above); fix that and run "
+        raise FinetuneError(f"the fine-tune ended with exit status {status} (its message is above); fix that and run "
                            "the same command again: the reads are kept and the fine-tune continues from its last "
                            "checkpoint")
     if not (run_dir / "final" / "config.json").is_file():
-        raise RuntimeError(f"the fine-tune stopped before its end (no model in {run_dir / 'final'}; "
+        raise FinetuneError(f"the fine-tune stopped before its end (no model in {run_dir / 'final'}; "
                            "train.stop_after?): run the same command again to continue it from its last checkpoint")
     result = {"model": str(run_dir / "final"), "seconds_last_call": time.perf_counter() - clock,
               "curve": training_curve(run_dir), "command": " ".join(cmd[2:]), "config_id": config_id(cfg)}

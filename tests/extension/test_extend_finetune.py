@@ -93,7 +93,7 @@ def test_a_first_start_that_trained_nothing_is_replaced_and_a_stopped_one_is_sai
     monkeypatch.setattr(finetune, "recipe_command", lambda *a, **k: ["python", "-m", "true"])
     monkeypatch.setattr(finetune.subprocess, "run", lambda *a, **k: type("Done", (), {"returncode": 0})())
     logged = []
-    with pytest.raises(RuntimeError, match="stopped before its end"):
+    with pytest.raises(finetune.FinetuneError, match="stopped before its end"):
         finetune.run_finetune(folder, cfg, log=logged.append)
     assert "never saved a step; replaced by this one" in logged[0]
     assert json.loads((folder / "experiment.json").read_text()) == cfg
