@@ -384,9 +384,12 @@ def _finetune_config(plan: FinetunePlan, steps: int, out, source, tokenizer_sour
     from ..loading import PACKAGE_PREFIX
 
     folder = Path(out) / FINETUNE_DIR
-    local = source is not None and (source.startswith(PACKAGE_PREFIX) or Path(source).expanduser().exists())
-    model_path = str(Path(source).expanduser().resolve()) if local and not source.startswith(PACKAGE_PREFIX) \
-        else source if local else str(folder / "base")
+    if source is not None and source.startswith(PACKAGE_PREFIX):
+        model_path, local = source, True
+    elif source is not None and Path(source).expanduser().exists():
+        model_path, local = str(Path(source).expanduser().resolve()), True  # the same run from any folder
+    else:
+        model_path, local = str(folder / "base"), False
     tokenizer_path = tokenizer_source or model_path
     if tokenizer_path != model_path and Path(tokenizer_path).expanduser().exists():
         tokenizer_path = str(Path(tokenizer_path).expanduser().resolve())  # the same run from any folder
